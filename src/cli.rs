@@ -1,0 +1,60 @@
+//! The command line: `event-series run`, `event-series crd`.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use std::net::SocketAddr;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "event-series",
+    version,
+    about = "Server-side events.k8s.io series lifecycle for a whole Kubernetes cluster",
+    long_about = "Watches every core/v1 Event, groups isomorphic events into series, and keeps one \
+                  events.k8s.io/v1 Event per series: created when a loop starts, refreshed by a \
+                  heartbeat, marked Finished (label eventseries.dev/state) when the loop stops."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the controller (kubeconfig: KUBECONFIG, ~/.kube/config, or in-cluster).
+    Run(RunArgs),
+    /// Print the EventSeriesPolicy CustomResourceDefinition as YAML.
+    Crd,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Address of the /metrics, /healthz and /readyz server.
+    #[arg(long, default_value = "0.0.0.0:8080", env = "EVENT_SERIES_METRICS_ADDR")]
+    pub metrics_addr: SocketAddr,
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "EVENT_SERIES_LOG_FORMAT")]
+    pub log_format: LogFormat,
+    /// Default heartbeatInterval where no EventSeriesPolicy applies.
+    #[arg(long, default_value = "30m")]
+    pub heartbeat_interval: String,
+    /// Default finishAfter where no EventSeriesPolicy applies.
+    #[arg(long, default_value = "6m")]
+    pub finish_after: String,
+    /// Default seriesWindow where no EventSeriesPolicy applies.
+    #[arg(long, default_value = "6m")]
+    pub series_window: String,
+    /// Client-side limit on API writes per second.
+    #[arg(long, default_value_t = 50.0)]
+    pub qps: f64,
+    /// Client-side burst of API writes.
+    #[arg(long, default_value_t = 100)]
+    pub burst: u32,
+    /// This replica's identity: reportingInstance and Lease holder (the pod name in a Deployment).
+    #[arg(long, env = "POD_NAME")]
+    pub instance: Option<String>,
+}

@@ -1,0 +1,504 @@
+//! Key normalisation: a raw core/v1 Event, legacy or new style, becomes an [`Observation`] that borrows
+//! from it, with the isomorphic key of SPEC "Grouping".
+//!
+//! Nothing here allocates on the hot path: the key is a set of borrowed strings, hashed into a
+//! [`KeyId`] that the engine uses to find the series. An owned [`SeriesKey`] is built only when a key is
+//! seen for the first time.
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::{Event, ObjectReference};
+use k8s_openapi::jiff::Timestamp;
+use std::fmt;
+use xxhash_rust::xxh3::{Xxh3, xxh3_64};
+
+/// The fields an object reference compares on (SPEC: apiVersion, kind, namespace, name, uid, fieldPath).
+///
+/// Generic over the string type so that the borrowed view of a raw event (`ObjectRef<&str>`) and the
+/// owned copy a series keeps (`ObjectRef<String>`) share one definition and one hash.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ObjectRef<S> {
+    pub api_version: S,
+    pub kind: S,
+    pub namespace: S,
+    pub name: S,
+    pub uid: S,
+    pub field_path: S,
+}
+
+/// The isomorphic key of a series: two occurrences with equal keys belong to the same series.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SeriesKey<S = String> {
+    pub regarding: ObjectRef<S>,
+    pub related: Option<ObjectRef<S>>,
+    pub action: S,
+    pub reason: S,
+    pub reporting_controller: S,
+    pub reporting_instance: S,
+    pub type_: S,
+}
+
+/// A borrowed key, as read from a raw event.
+pub type KeyRef<'a> = SeriesKey<&'a str>;
+
+/// A 128-bit hash of a [`SeriesKey`] (and the note, when the policy includes it). Stable across
+/// processes and versions (xxh3), because it is persisted in the `eventseries.dev/key` label and used to
+/// match series objects with raw events after a restart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct KeyId(pub u128);
+
+impl fmt::Display for KeyId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+impl std::str::FromStr for KeyId {
+    type Err = std::num::ParseIntError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        u128::from_str_radix(s, 16).map(KeyId)
+    }
+}
+
+/// Identity of one raw Event object (a hash of its uid), for delta counting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RawId(pub u64);
+
+impl fmt::Display for RawId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+impl std::str::FromStr for RawId {
+    type Err = std::num::ParseIntError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        u64::from_str_radix(s, 16).map(RawId)
+    }
+}
+
+impl RawId {
+    /// The id of a raw event: its uid, or namespace/name when the uid is missing (never the case for
+    /// objects read from an API server, but cheap to be safe about).
+    pub fn of(namespace: &str, name: &str, uid: &str) -> RawId {
+        if uid.is_empty() {
+            let mut h = Xxh3::new();
+            feed(&mut h, namespace);
+            feed(&mut h, name);
+            RawId(h.digest())
+        } else {
+            RawId(xxh3_64(uid.as_bytes()))
+        }
+    }
+}
+
+fn feed(h: &mut Xxh3, s: &str) {
+    h.update(&(s.len() as u64).to_le_bytes());
+    h.update(s.as_bytes());
+}
+
+impl<S: AsRef<str>> ObjectRef<S> {
+    fn parts(&self) -> [&str; 6] {
+        [
+            self.api_version.as_ref(),
+            self.kind.as_ref(),
+            self.namespace.as_ref(),
+            self.name.as_ref(),
+            self.uid.as_ref(),
+            self.field_path.as_ref(),
+        ]
+    }
+
+    fn feed(&self, h: &mut Xxh3) {
+        for s in self.parts() {
+            feed(h, s);
+        }
+    }
+}
+
+impl<S: AsRef<str>> SeriesKey<S> {
+    /// The key's id; `note` is `Some` only when the policy sets `isomorphism.includeNote`.
+    pub fn id(&self, note: Option<&str>) -> KeyId {
+        let mut h = Xxh3::new();
+        self.regarding.feed(&mut h);
+        match &self.related {
+            Some(r) => {
+                h.update(&[1]);
+                r.feed(&mut h);
+            }
+            None => h.update(&[0]),
+        }
+        for s in [
+            &self.action,
+            &self.reason,
+            &self.reporting_controller,
+            &self.reporting_instance,
+            &self.type_,
+        ] {
+            feed(&mut h, s.as_ref());
+        }
+        match note {
+            Some(n) => {
+                h.update(&[1]);
+                feed(&mut h, n);
+            }
+            None => h.update(&[0]),
+        }
+        KeyId(h.digest128())
+    }
+}
+
+/// Number of string fields in a key: six for regarding, six for related, five scalars.
+const FIELDS: usize = 17;
+
+/// An owned [`SeriesKey`] packed into one allocation: a series keeps its key for as long as it lives,
+/// and seventeen separate `String`s would cost 400 bytes of headers per series before any text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyBuf {
+    text: Box<str>,
+    ends: [u32; FIELDS],
+    has_related: bool,
+}
+
+impl KeyBuf {
+    pub fn new<S: AsRef<str>>(key: &SeriesKey<S>) -> KeyBuf {
+        let mut parts: [&str; FIELDS] = [""; FIELDS];
+        parts[..6].copy_from_slice(&key.regarding.parts());
+        if let Some(r) = &key.related {
+            parts[6..12].copy_from_slice(&r.parts());
+        }
+        parts[12..].copy_from_slice(&[
+            key.action.as_ref(),
+            key.reason.as_ref(),
+            key.reporting_controller.as_ref(),
+            key.reporting_instance.as_ref(),
+            key.type_.as_ref(),
+        ]);
+        let mut text = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+        let mut ends = [0u32; FIELDS];
+        for (end, part) in ends.iter_mut().zip(parts) {
+            text.push_str(part);
+            *end = u32::try_from(text.len()).unwrap_or(u32::MAX);
+        }
+        KeyBuf {
+            text: text.into_boxed_str(),
+            ends,
+            has_related: key.related.is_some(),
+        }
+    }
+
+    fn field(&self, i: usize) -> &str {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        self.text
+            .get(start..self.ends[i] as usize)
+            .unwrap_or_default()
+    }
+
+    fn object(&self, at: usize) -> ObjectRef<&str> {
+        ObjectRef {
+            api_version: self.field(at),
+            kind: self.field(at + 1),
+            namespace: self.field(at + 2),
+            name: self.field(at + 3),
+            uid: self.field(at + 4),
+            field_path: self.field(at + 5),
+        }
+    }
+
+    /// The key as borrowed strings, for hashing and for writing the series object.
+    pub fn view(&self) -> KeyRef<'_> {
+        SeriesKey {
+            regarding: self.object(0),
+            related: self.has_related.then(|| self.object(6)),
+            action: self.field(12),
+            reason: self.field(13),
+            reporting_controller: self.field(14),
+            reporting_instance: self.field(15),
+            type_: self.field(16),
+        }
+    }
+
+    /// Heap bytes of text the key carries.
+    pub fn text_len(&self) -> usize {
+        self.text.len()
+    }
+}
+
+/// One raw Event object as the engine sees it: the cumulative number of occurrences it reports and when
+/// they happened. The engine turns successive observations of the same object into deltas.
+#[derive(Clone, Debug)]
+pub struct Observation<'a> {
+    pub raw: RawId,
+    /// The object's resourceVersion as a number (etcd revision), if it parses; used for restart
+    /// bookkeeping only.
+    pub resource_version: Option<u64>,
+    /// Namespace of the raw event; the series object is written there.
+    pub namespace: &'a str,
+    pub key: KeyRef<'a>,
+    pub note: &'a str,
+    /// Occurrences this raw object reports in total: `series.count`, else `count`, at least 1.
+    pub count: u64,
+    /// The first occurrence the object reports.
+    pub first: DateTime<Utc>,
+    /// The latest occurrence the object reports.
+    pub last: DateTime<Utc>,
+}
+
+/// Why a raw event could not be read. Such an event is skipped with a log line and a metric.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum NormaliseError {
+    #[error("event has no metadata.name")]
+    MissingName,
+    #[error("event has no metadata.namespace")]
+    MissingNamespace,
+    #[error("event carries no timestamp at all (eventTime, series, first/lastTimestamp, creationTimestamp)")]
+    NoTimestamp,
+}
+
+impl NormaliseError {
+    /// Short label for the `dropped_total{reason}` metric.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            NormaliseError::MissingName => "missing_name",
+            NormaliseError::MissingNamespace => "missing_namespace",
+            NormaliseError::NoTimestamp => "no_timestamp",
+        }
+    }
+}
+
+/// An optional API string as `&str`, empty when unset.
+pub(crate) fn s(o: &Option<String>) -> &str {
+    o.as_deref().unwrap_or("")
+}
+
+fn nonempty(o: &Option<String>) -> Option<&str> {
+    o.as_deref().filter(|s| !s.is_empty())
+}
+
+pub(crate) fn objref(r: &ObjectReference) -> ObjectRef<&str> {
+    ObjectRef {
+        api_version: s(&r.api_version),
+        kind: s(&r.kind),
+        namespace: s(&r.namespace),
+        name: s(&r.name),
+        uid: s(&r.uid),
+        field_path: s(&r.field_path),
+    }
+}
+
+/// Converts a Kubernetes timestamp to the engine's clock type.
+pub fn to_chrono(t: Timestamp) -> DateTime<Utc> {
+    DateTime::from_timestamp(t.as_second(), t.subsec_nanosecond().max(0) as u32).unwrap_or_default()
+}
+
+/// Reads a raw core/v1 Event (SPEC "Grouping" and "Input").
+///
+/// - regarding = `involvedObject`; reportingController = `reportingComponent`, else `source.component`;
+///   reportingInstance = `reportingInstance`, else `source.host`.
+/// - count = `series.count` when the event has a series, else `count`; at least 1.
+/// - first = `eventTime`, else `firstTimestamp`, else `creationTimestamp`; last =
+///   `series.lastObservedTime`, else `lastTimestamp`, else first. `last` is never before `first`.
+pub fn observe(ev: &Event) -> Result<Observation<'_>, NormaliseError> {
+    let meta = &ev.metadata;
+    let name = nonempty(&meta.name).ok_or(NormaliseError::MissingName)?;
+    let namespace = nonempty(&meta.namespace).ok_or(NormaliseError::MissingNamespace)?;
+    let source = ev.source.as_ref();
+    let reporting_controller = nonempty(&ev.reporting_component)
+        .or_else(|| source.and_then(|s| nonempty(&s.component)))
+        .unwrap_or("");
+    let reporting_instance = nonempty(&ev.reporting_instance)
+        .or_else(|| source.and_then(|s| nonempty(&s.host)))
+        .unwrap_or("");
+    let key = SeriesKey {
+        regarding: objref(&ev.involved_object),
+        related: ev.related.as_ref().map(objref),
+        action: s(&ev.action),
+        reason: s(&ev.reason),
+        reporting_controller,
+        reporting_instance,
+        type_: s(&ev.type_),
+    };
+    let series = ev.series.as_ref();
+    let count = series
+        .and_then(|s| s.count)
+        .or(ev.count)
+        .map(|c| c.max(1) as u64)
+        .unwrap_or(1);
+    let first = ev
+        .event_time
+        .as_ref()
+        .map(|t| t.0)
+        .or(ev.first_timestamp.as_ref().map(|t| t.0))
+        .or(meta.creation_timestamp.as_ref().map(|t| t.0))
+        .map(to_chrono);
+    let last = series
+        .and_then(|s| s.last_observed_time.as_ref())
+        .map(|t| t.0)
+        .or(ev.last_timestamp.as_ref().map(|t| t.0))
+        .map(to_chrono);
+    let (first, last) = match (first, last) {
+        (Some(f), Some(l)) => (f.min(l), l.max(f)),
+        (Some(f), None) => (f, f),
+        (None, Some(l)) => (l, l),
+        (None, None) => return Err(NormaliseError::NoTimestamp),
+    };
+    Ok(Observation {
+        raw: RawId::of(namespace, name, s(&meta.uid)),
+        resource_version: meta.resource_version.as_deref().and_then(|v| v.parse().ok()),
+        namespace,
+        key,
+        note: s(&ev.message),
+        count,
+        first,
+        last,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{EventSeries, EventSource};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn legacy() -> Event {
+        Event {
+            metadata: ObjectMeta {
+                name: Some("web-0.17a".into()),
+                namespace: Some("shop".into()),
+                uid: Some("u-1".into()),
+                resource_version: Some("1234".into()),
+                ..Default::default()
+            },
+            involved_object: ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                namespace: Some("shop".into()),
+                name: Some("web-0".into()),
+                uid: Some("pod-uid".into()),
+                field_path: Some("spec.containers{app}".into()),
+                resource_version: Some("99".into()),
+            },
+            reason: Some("BackOff".into()),
+            message: Some("Back-off restarting failed container".into()),
+            type_: Some("Warning".into()),
+            source: Some(EventSource {
+                component: Some("kubelet".into()),
+                host: Some("node-1".into()),
+            }),
+            count: Some(7),
+            first_timestamp: Some(Time(ts("2026-01-01T00:00:00Z"))),
+            last_timestamp: Some(Time(ts("2026-01-01T00:01:00Z"))),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn legacy_event_uses_source_and_count() {
+        let ev = legacy();
+        let o = observe(&ev).unwrap();
+        assert_eq!(o.key.reporting_controller, "kubelet");
+        assert_eq!(o.key.reporting_instance, "node-1");
+        assert_eq!(o.key.regarding.name, "web-0");
+        assert_eq!(o.count, 7);
+        assert_eq!(o.resource_version, Some(1234));
+        assert_eq!(o.first.to_rfc3339(), "2026-01-01T00:00:00+00:00");
+        assert_eq!(o.last.to_rfc3339(), "2026-01-01T00:01:00+00:00");
+        assert_eq!(o.raw, RawId::of("shop", "web-0.17a", "u-1"));
+    }
+
+    #[test]
+    fn new_style_event_uses_reporting_fields_and_series() {
+        let mut ev = legacy();
+        ev.reporting_component = Some("example.com/ctl".into());
+        ev.reporting_instance = Some("ctl-7".into());
+        ev.count = None;
+        ev.first_timestamp = None;
+        ev.last_timestamp = None;
+        ev.event_time = Some(MicroTime(ts("2026-01-01T00:00:00.5Z")));
+        ev.series = Some(EventSeries {
+            count: Some(12),
+            last_observed_time: Some(MicroTime(ts("2026-01-01T00:05:00.25Z"))),
+        });
+        let o = observe(&ev).unwrap();
+        assert_eq!(o.key.reporting_controller, "example.com/ctl");
+        assert_eq!(o.key.reporting_instance, "ctl-7");
+        assert_eq!(o.count, 12);
+        assert_eq!(o.first.timestamp_subsec_millis(), 500);
+        assert_eq!(o.last.timestamp_subsec_millis(), 250);
+    }
+
+    #[test]
+    fn singleton_new_style_event_counts_one() {
+        let mut ev = legacy();
+        ev.count = None;
+        ev.first_timestamp = None;
+        ev.last_timestamp = None;
+        ev.event_time = Some(MicroTime(ts("2026-01-01T00:00:00Z")));
+        let o = observe(&ev).unwrap();
+        assert_eq!(o.count, 1);
+        assert_eq!(o.first, o.last);
+    }
+
+    #[test]
+    fn bad_input_is_an_error_not_a_panic() {
+        let mut ev = legacy();
+        ev.metadata.namespace = None;
+        assert_eq!(observe(&ev).unwrap_err(), NormaliseError::MissingNamespace);
+        let mut ev = legacy();
+        ev.first_timestamp = None;
+        ev.last_timestamp = None;
+        assert_eq!(observe(&ev).unwrap_err(), NormaliseError::NoTimestamp);
+        let mut ev = legacy();
+        ev.count = Some(-3);
+        assert_eq!(observe(&ev).unwrap().count, 1);
+        let mut ev = legacy();
+        ev.last_timestamp = Some(Time(ts("2025-01-01T00:00:00Z")));
+        let o = observe(&ev).unwrap();
+        assert!(o.first <= o.last);
+    }
+
+    #[test]
+    fn key_ignores_note_unless_asked_and_compares_every_ref_field() {
+        let a = legacy();
+        let mut b = legacy();
+        b.message = Some("another message".into());
+        let (oa, ob) = (observe(&a).unwrap(), observe(&b).unwrap());
+        assert_eq!(oa.key.id(None), ob.key.id(None));
+        assert_ne!(oa.key.id(Some(oa.note)), ob.key.id(Some(ob.note)));
+
+        let mut c = legacy();
+        c.involved_object.field_path = Some("spec.containers{other}".into());
+        assert_ne!(oa.key.id(None), observe(&c).unwrap().key.id(None));
+        let mut d = legacy();
+        d.involved_object.resource_version = Some("100".into());
+        assert_eq!(oa.key.id(None), observe(&d).unwrap().key.id(None));
+    }
+
+    #[test]
+    fn key_fields_do_not_run_into_each_other() {
+        let mut a = legacy();
+        a.reason = Some("Back".into());
+        a.action = Some("Off".into());
+        let mut b = legacy();
+        b.reason = Some("BackO".into());
+        b.action = Some("ff".into());
+        assert_ne!(
+            observe(&a).unwrap().key.id(None),
+            observe(&b).unwrap().key.id(None)
+        );
+    }
+
+    #[test]
+    fn owned_key_hashes_like_the_borrowed_one() {
+        let ev = legacy();
+        let o = observe(&ev).unwrap();
+        let owned = KeyBuf::new(&o.key);
+        assert_eq!(owned.view(), o.key);
+        assert_eq!(owned.view().id(None), o.key.id(None));
+        let id = o.key.id(None);
+        assert_eq!(id.to_string().parse::<KeyId>().unwrap(), id);
+    }
+}

@@ -1,0 +1,11 @@
+//! event-series: the events.k8s.io series lifecycle, server-side, for a whole cluster.
+//!
+//! The pure core ([`key`], [`engine`], [`mapping`], [`recovery`], [`settings`]) turns raw Events into
+//! write intents with no I/O; the shell (watch, writer, leader election, metrics server) performs them.
+
+pub mod cli;
+pub mod engine;
+pub mod key;
+pub mod mapping;
+pub mod recovery;
+pub mod settings;

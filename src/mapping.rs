@@ -1,0 +1,358 @@
+//! Series → events.k8s.io/v1 Event: the object the writer sends, valid by construction.
+//!
+//! The events API (apiserver `ValidateEventCreate`/`ValidateEventUpdate` for events.k8s.io/v1) rejects
+//! what legacy emitters routinely send. Each rule below maps such a value to one the API accepts; none
+//! drops the event, and every rule is idempotent (mapping a mapped value changes nothing), because a
+//! series rebuilt after a restart is written from its own object and the mapped fields are immutable.
+//!
+//! | field | API rule | mapping |
+//! |---|---|---|
+//! | `metadata.name` | DNS-1123 subdomain, ≤ 253 | `<regarding name, sanitised, ≤ 200>.<16 hex of key and start>` |
+//! | `metadata.namespace` | for a cluster-scoped `regarding`: `default` or `kube-system` | the raw event's namespace; `default` when the regarding object is cluster-scoped and the raw namespace is neither |
+//! | `reportingController` | required, a qualified name (`[prefix/]name`, name ≤ 63) | invalid characters become `-`, ends trimmed, name cut to 63, prefix lower-cased to a DNS subdomain or dropped; empty becomes `unknown` |
+//! | `reportingInstance` | required, ≤ 128 | empty becomes the reportingController; cut to 128 bytes |
+//! | `action` | required, ≤ 128 | empty becomes the reason (legacy events have no action); cut to 128 bytes |
+//! | `reason` | required, ≤ 128 | empty becomes `Unknown`; cut to 128 bytes |
+//! | `note` | ≤ 1024 | cut to 1021 bytes plus `...` |
+//! | `type` | `Normal` or `Warning` | empty becomes `Normal`; anything else `Warning` |
+//! | `eventTime` | required, immutable | the series start |
+//! | `series` | count ≥ 2, lastObservedTime required | count (at least 2, at most 2³¹−1), latest occurrence |
+//! | deprecated fields | must be unset | never set |
+//!
+//! Cuts happen on a character boundary, so unicode stays valid.
+
+use crate::engine::Snapshot;
+use crate::key::{KeyId, KeyRef, ObjectRef};
+use crate::recovery;
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::{Event, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use std::collections::BTreeMap;
+use xxhash_rust::xxh3::xxh3_64;
+
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY: &str = "event-series";
+pub const STATE_LABEL: &str = "eventseries.dev/state";
+/// The series' [`KeyId`]: how raw events find their series object after a restart.
+pub const KEY_LABEL: &str = "eventseries.dev/key";
+/// Highest raw-event resourceVersion fully absorbed when the object was written.
+pub const WATERMARK_ANNOTATION: &str = "eventseries.dev/watermark";
+/// `<raw id>=<count>,…` for the series' most recently updated raw objects.
+pub const SOURCES_ANNOTATION: &str = "eventseries.dev/sources";
+/// When the object was last written; changes on every heartbeat, so the write refreshes the TTL.
+pub const WRITTEN_AT_ANNOTATION: &str = "eventseries.dev/written-at";
+
+/// The label selector the raw-event watch uses to leave out the operator's own objects.
+pub fn not_managed_selector() -> String {
+    format!("{MANAGED_BY_LABEL}!={MANAGED_BY}")
+}
+
+/// The label selector that lists the operator's own objects.
+pub fn managed_selector() -> String {
+    format!("{MANAGED_BY_LABEL}={MANAGED_BY}")
+}
+
+const LENGTH_LIMIT: usize = 128;
+const NOTE_LIMIT: usize = 1024;
+const NAME_PREFIX_LIMIT: usize = 200;
+const QUALIFIED_NAME_LIMIT: usize = 63;
+const DNS_SUBDOMAIN_LIMIT: usize = 253;
+
+/// Longest prefix of `s` of at most `max` bytes that ends on a character boundary.
+fn cut(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+fn or_else<'a>(s: &'a str, fallback: &'a str) -> &'a str {
+    if s.is_empty() { fallback } else { s }
+}
+
+/// Lower-cases and replaces anything outside `[a-z0-9.-]` with `-`, trims non-alphanumerics from both
+/// ends: a DNS-1123 subdomain (or empty).
+fn dns_subdomain(s: &str, max: usize) -> String {
+    let mapped: String = s
+        .chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            c @ ('a'..='z' | '0'..='9' | '.' | '-') => c,
+            _ => '-',
+        })
+        .collect();
+    let mut out = cut(&mapped, max)
+        .trim_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_owned();
+    // Labels between dots must not be empty or start/end with '-'.
+    while out.contains("..") || out.contains(".-") || out.contains("-.") {
+        out = out.replace("..", ".").replace(".-", ".").replace("-.", ".");
+    }
+    out
+}
+
+/// The name part of a qualified name: `[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?`, at most 63.
+fn qualified_part(s: &str) -> String {
+    let mapped: String = s
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '-' | '_' | '.' => c,
+            _ => '-',
+        })
+        .collect();
+    let trim = |s: &str| {
+        s.trim_matches(|c: char| !c.is_ascii_alphanumeric())
+            .to_owned()
+    };
+    trim(cut(&trim(&mapped), QUALIFIED_NAME_LIMIT))
+}
+
+/// Maps a reporting controller to a valid qualified name (see the module table).
+pub fn reporting_controller(s: &str) -> String {
+    let (prefix, name) = match s.split_once('/') {
+        Some((p, n)) => (dns_subdomain(p, DNS_SUBDOMAIN_LIMIT), qualified_part(n)),
+        None => (String::new(), qualified_part(s)),
+    };
+    match (prefix.is_empty(), name.is_empty()) {
+        (_, true) => "unknown".to_owned(),
+        (true, false) => name,
+        (false, false) => format!("{prefix}/{name}"),
+    }
+}
+
+/// Maps a note to at most 1024 bytes.
+pub fn note(s: &str) -> String {
+    if s.len() <= NOTE_LIMIT {
+        return s.to_owned();
+    }
+    format!("{}...", cut(s, NOTE_LIMIT - 3))
+}
+
+pub fn event_type(s: &str) -> &'static str {
+    match s {
+        "" | "Normal" => "Normal",
+        _ => "Warning",
+    }
+}
+
+/// The namespace the series object lives in.
+pub fn namespace<'a>(raw_namespace: &'a str, regarding: &ObjectRef<&str>) -> &'a str {
+    if regarding.namespace.is_empty() && !matches!(raw_namespace, "default" | "kube-system") {
+        "default"
+    } else {
+        raw_namespace
+    }
+}
+
+/// The object name of a series: readable prefix, then a hash of the key and the start second, so that a
+/// repeated create of one series can only ever hit the same name.
+pub fn object_name(key: &KeyRef, id: KeyId, first: DateTime<Utc>) -> String {
+    let mut seed = id.0.to_le_bytes().to_vec();
+    seed.extend_from_slice(&first.timestamp().to_le_bytes());
+    let prefix = or_else_owned(
+        dns_subdomain(key.regarding.name, NAME_PREFIX_LIMIT),
+        "series",
+    );
+    format!("{prefix}.{:016x}", xxh3_64(&seed))
+}
+
+fn or_else_owned(s: String, fallback: &str) -> String {
+    if s.is_empty() { fallback.to_owned() } else { s }
+}
+
+fn object_reference(o: &ObjectRef<&str>) -> ObjectReference {
+    let opt = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+    ObjectReference {
+        api_version: opt(o.api_version),
+        kind: opt(o.kind),
+        namespace: opt(o.namespace),
+        name: opt(o.name),
+        uid: opt(o.uid),
+        field_path: opt(o.field_path),
+        resource_version: None,
+    }
+}
+
+fn micro(t: DateTime<Utc>) -> MicroTime {
+    let ts = Timestamp::new(t.timestamp(), (t.timestamp_subsec_micros() * 1000) as i32)
+        .unwrap_or(Timestamp::UNIX_EPOCH);
+    MicroTime(ts)
+}
+
+/// The events.k8s.io/v1 Event for a snapshot.
+pub fn to_event(s: &Snapshot) -> Event {
+    let key = s.key.view();
+    let controller = reporting_controller(key.reporting_controller);
+    let reason = cut(or_else(key.reason, "Unknown"), LENGTH_LIMIT).to_owned();
+    let action = cut(or_else(key.action, &reason), LENGTH_LIMIT).to_owned();
+    let instance = cut(or_else(key.reporting_instance, &controller), LENGTH_LIMIT).to_owned();
+    let labels = BTreeMap::from([
+        (MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned()),
+        (STATE_LABEL.to_owned(), s.state.as_str().to_owned()),
+        (KEY_LABEL.to_owned(), s.id.to_string()),
+    ]);
+    let annotations = BTreeMap::from([
+        (WATERMARK_ANNOTATION.to_owned(), s.watermark.to_string()),
+        (
+            SOURCES_ANNOTATION.to_owned(),
+            recovery::encode_sources(&s.sources),
+        ),
+        (
+            WRITTEN_AT_ANNOTATION.to_owned(),
+            s.written_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+        ),
+    ]);
+    Event {
+        metadata: ObjectMeta {
+            name: Some(s.name.to_string()),
+            namespace: Some(namespace(&s.namespace, &key.regarding).to_owned()),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            ..Default::default()
+        },
+        event_time: Some(micro(s.first)),
+        series: Some(EventSeries {
+            count: i32::try_from(s.count).unwrap_or(i32::MAX).max(2),
+            last_observed_time: micro(s.last.max(s.first)),
+        }),
+        regarding: Some(object_reference(&key.regarding)),
+        related: key.related.as_ref().map(object_reference),
+        action: Some(action),
+        reason: Some(reason),
+        note: Some(note(&s.note)),
+        type_: Some(event_type(key.type_).to_owned()),
+        reporting_controller: Some(controller),
+        reporting_instance: Some(instance),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The apiserver's `IsQualifiedName`, restated as the spec reads, to check the mapping against.
+    fn is_qualified_name(s: &str) -> bool {
+        let (prefix, name) = match s.split_once('/') {
+            Some((p, n)) => (Some(p), n),
+            None => (None, s),
+        };
+        let name_ok = !name.is_empty()
+            && name.len() <= 63
+            && name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+            && name.chars().last().is_some_and(|c| c.is_ascii_alphanumeric())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        name_ok && prefix.is_none_or(is_dns_subdomain)
+    }
+
+    fn is_dns_subdomain(s: &str) -> bool {
+        !s.is_empty()
+            && s.len() <= 253
+            && s.split('.').all(|l| {
+                !l.is_empty()
+                    && l.chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                    && !l.starts_with('-')
+                    && !l.ends_with('-')
+            })
+    }
+
+    #[test]
+    fn reporting_controller_rules() {
+        for (input, want) in [
+            ("kubelet", "kubelet"),
+            ("default-scheduler", "default-scheduler"),
+            ("example.com/my-ctl", "example.com/my-ctl"),
+            ("", "unknown"),
+            ("my controller!", "my-controller"),
+            ("Example.COM/x y", "example.com/x-y"),
+            ("/x", "x"),
+            ("a/", "unknown"),
+            ("---", "unknown"),
+            ("ünïcödé", "n-c-d"),
+        ] {
+            let got = reporting_controller(input);
+            assert_eq!(got, want, "input {input:?}");
+            assert!(is_qualified_name(&got), "{got:?} is not a qualified name");
+        }
+        let long = "x".repeat(300);
+        let got = reporting_controller(&long);
+        assert_eq!(got.len(), 63);
+        assert!(is_qualified_name(&got));
+    }
+
+    #[test]
+    fn mapping_is_idempotent() {
+        for s in ["", "a b/c d", "x".repeat(100).as_str(), "Ab_c.d", "e/f/g"] {
+            let once = reporting_controller(s);
+            assert_eq!(reporting_controller(&once), once);
+        }
+        let long = "é".repeat(2000);
+        let once = note(&long);
+        assert!(once.len() <= 1024);
+        assert_eq!(note(&once), once);
+    }
+
+    #[test]
+    fn cuts_respect_char_boundaries() {
+        let s = "ü".repeat(100); // 200 bytes
+        let c = cut(&s, 127);
+        assert_eq!(c.len(), 126);
+        assert!(note(&"€".repeat(1000)).ends_with("..."));
+    }
+
+    #[test]
+    fn names_are_dns_subdomains() {
+        let id = KeyId(42);
+        let t = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        for name in ["web-0", "Node_1", "", "..", &"A".repeat(400), "a..b", "ü"] {
+            let key = KeyRef {
+                regarding: ObjectRef {
+                    name,
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            let n = object_name(&key, id, t);
+            assert!(is_dns_subdomain(&n), "{n:?}");
+        }
+        let key = KeyRef::default();
+        let later = t + chrono::TimeDelta::seconds(1);
+        assert_ne!(object_name(&key, id, t), object_name(&key, id, later));
+        assert_ne!(object_name(&key, id, t), object_name(&key, KeyId(43), t));
+        assert_eq!(object_name(&key, id, t), object_name(&key, id, t));
+    }
+
+    #[test]
+    fn cluster_scoped_regarding_goes_to_default() {
+        let node = ObjectRef {
+            kind: "Node",
+            name: "n1",
+            ..Default::default()
+        };
+        assert_eq!(namespace("default", &node), "default");
+        assert_eq!(namespace("kube-system", &node), "kube-system");
+        assert_eq!(namespace("team-a", &node), "default");
+        let pod = ObjectRef {
+            kind: "Pod",
+            namespace: "team-a",
+            ..Default::default()
+        };
+        assert_eq!(namespace("team-a", &pod), "team-a");
+    }
+
+    #[test]
+    fn types() {
+        assert_eq!(event_type(""), "Normal");
+        assert_eq!(event_type("Normal"), "Normal");
+        assert_eq!(event_type("Warning"), "Warning");
+        assert_eq!(event_type("Error"), "Warning");
+    }
+}

@@ -1,0 +1,317 @@
+//! The knobs of an EventSeriesPolicy as plain engine parameters, and how several policies resolve to
+//! the settings of one namespace. Pure data: the CRD types (issue: policy) convert into these.
+
+use chrono::TimeDelta;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Settings that govern the series of one namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// How often an Ongoing series is rewritten, so its TTL never runs out.
+    pub heartbeat_interval: TimeDelta,
+    /// Quiet time after which a series is Finished.
+    pub finish_after: TimeDelta,
+    /// Largest gap between two occurrences of one series.
+    pub series_window: TimeDelta,
+    /// Whether the note (message) is part of the isomorphic key.
+    pub include_note: bool,
+    pub filter: MatchFilter,
+    /// Most series the policy keeps active at once; beyond it the least recently active one is finished
+    /// early (written with its count, never lost).
+    pub max_active_series: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            heartbeat_interval: TimeDelta::minutes(30),
+            finish_after: TimeDelta::minutes(6),
+            series_window: TimeDelta::minutes(6),
+            include_note: false,
+            filter: MatchFilter::default(),
+            max_active_series: 100_000,
+        }
+    }
+}
+
+impl Settings {
+    /// Candidates (keys seen once) are bounded too: twice the series bound, at least 1,024.
+    pub fn max_candidates(&self) -> usize {
+        self.max_active_series.saturating_mul(2).max(1024)
+    }
+}
+
+/// Which raw events a policy turns into series. An empty list means "any".
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MatchFilter {
+    pub types: Vec<String>,
+    pub reasons: Vec<String>,
+    pub exclude_reasons: Vec<String>,
+    pub reporting_controllers: Vec<String>,
+}
+
+impl MatchFilter {
+    pub fn matches(&self, type_: &str, reason: &str, reporting_controller: &str) -> bool {
+        let any_or = |list: &[String], v: &str| list.is_empty() || list.iter().any(|x| x == v);
+        any_or(&self.types, type_)
+            && any_or(&self.reasons, reason)
+            && !self.exclude_reasons.iter().any(|x| x == reason)
+            && any_or(&self.reporting_controllers, reporting_controller)
+    }
+}
+
+/// Errors in user-supplied settings. The CRD's own validation refuses these first; this is the second
+/// line for flags and for objects written before a validation change.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SettingsError {
+    #[error("{field}: {value:?} is not a duration such as 90s, 6m or 1h ({reason})")]
+    BadDuration {
+        field: &'static str,
+        value: String,
+        reason: String,
+    },
+    #[error("{field}: {value:?} is shorter than the minimum of 1s")]
+    TooShort { field: &'static str, value: String },
+    #[error("{field}: {message}")]
+    Invalid {
+        field: &'static str,
+        message: String,
+    },
+}
+
+/// Parses a duration such as `90s`, `6m`, `1h` or `1h30m`; at least one second.
+pub fn parse_duration(field: &'static str, value: &str) -> Result<TimeDelta, SettingsError> {
+    let d = humantime::parse_duration(value.trim()).map_err(|e| SettingsError::BadDuration {
+        field,
+        value: value.to_owned(),
+        reason: e.to_string(),
+    })?;
+    if d < std::time::Duration::from_secs(1) {
+        return Err(SettingsError::TooShort {
+            field,
+            value: value.to_owned(),
+        });
+    }
+    TimeDelta::from_std(d).map_err(|e| SettingsError::BadDuration {
+        field,
+        value: value.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+/// Formats a duration the way a user writes it (`30m`, `90s`).
+pub fn format_duration(d: TimeDelta) -> String {
+    humantime::format_duration(d.to_std().unwrap_or_default()).to_string()
+}
+
+/// A label selector over namespaces (the subset of `metav1.LabelSelector` semantics that applies).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Selector {
+    pub match_labels: BTreeMap<String, String>,
+    pub match_expressions: Vec<Requirement>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Requirement {
+    pub key: String,
+    pub op: Operator,
+    pub values: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+}
+
+impl Selector {
+    /// An empty selector selects everything, as in Kubernetes.
+    pub fn is_empty(&self) -> bool {
+        self.match_labels.is_empty() && self.match_expressions.is_empty()
+    }
+
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.match_labels
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+            && self.match_expressions.iter().all(|r| {
+                let v = labels.get(&r.key);
+                match r.op {
+                    Operator::In => v.is_some_and(|v| r.values.contains(v)),
+                    Operator::NotIn => v.is_none_or(|v| !r.values.contains(v)),
+                    Operator::Exists => v.is_some(),
+                    Operator::DoesNotExist => v.is_none(),
+                }
+            })
+    }
+}
+
+/// One policy as the engine applies it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Policy {
+    pub name: String,
+    pub selector: Selector,
+    pub settings: Arc<Settings>,
+}
+
+/// All policies, in the order they take precedence.
+///
+/// How several policies combine: each namespace is governed by exactly one policy, never a mix of
+/// fields. A policy with a non-empty `namespaceSelector` takes precedence over one that selects every
+/// namespace; among equals, the policy whose name sorts first wins. A namespace no policy selects gets the
+/// built-in defaults. `maxActiveSeries` bounds the series of the namespaces one policy governs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PolicySet {
+    policies: Vec<Policy>,
+    defaults: Arc<Settings>,
+}
+
+/// Index of the settings a namespace resolves to: 0 is the built-in defaults, `i + 1` is policy `i`.
+pub type SlotIdx = usize;
+
+impl PolicySet {
+    pub fn new(mut policies: Vec<Policy>, defaults: Settings) -> PolicySet {
+        policies.sort_by(|a, b| {
+            (a.selector.is_empty(), &a.name).cmp(&(b.selector.is_empty(), &b.name))
+        });
+        PolicySet {
+            policies,
+            defaults: Arc::new(defaults),
+        }
+    }
+
+    /// One set of settings for every namespace.
+    pub fn uniform(settings: Settings) -> PolicySet {
+        PolicySet::new(Vec::new(), settings)
+    }
+
+    pub fn slots(&self) -> usize {
+        self.policies.len() + 1
+    }
+
+    pub fn settings(&self, slot: SlotIdx) -> &Arc<Settings> {
+        match slot {
+            0 => &self.defaults,
+            i => self.policies.get(i - 1).map_or(&self.defaults, |p| &p.settings),
+        }
+    }
+
+    /// Name of the policy behind a slot, `None` for the built-in defaults.
+    pub fn policy_name(&self, slot: SlotIdx) -> Option<&str> {
+        slot.checked_sub(1)
+            .and_then(|i| self.policies.get(i))
+            .map(|p| p.name.as_str())
+    }
+
+    /// The slot governing a namespace with these labels.
+    pub fn resolve(&self, labels: &BTreeMap<String, String>) -> SlotIdx {
+        self.policies
+            .iter()
+            .position(|p| p.selector.matches(labels))
+            .map_or(0, |i| i + 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn durations_parse_and_refuse_sub_second() {
+        assert_eq!(
+            parse_duration("f", "90s").unwrap(),
+            TimeDelta::seconds(90)
+        );
+        assert_eq!(parse_duration("f", "6m").unwrap(), TimeDelta::minutes(6));
+        assert_eq!(parse_duration("f", "1h").unwrap(), TimeDelta::hours(1));
+        assert_eq!(
+            parse_duration("f", "1h30m").unwrap(),
+            TimeDelta::minutes(90)
+        );
+        assert!(matches!(
+            parse_duration("f", "500ms"),
+            Err(SettingsError::TooShort { .. })
+        ));
+        let e = parse_duration("spec.finishAfter", "soon").unwrap_err();
+        assert!(e.to_string().starts_with("spec.finishAfter"));
+        assert_eq!(format_duration(TimeDelta::minutes(30)), "30m");
+    }
+
+    #[test]
+    fn filter_semantics() {
+        let f = MatchFilter {
+            types: vec!["Warning".into()],
+            exclude_reasons: vec!["Pulled".into()],
+            ..Default::default()
+        };
+        assert!(f.matches("Warning", "BackOff", "kubelet"));
+        assert!(!f.matches("Normal", "BackOff", "kubelet"));
+        assert!(!f.matches("Warning", "Pulled", "kubelet"));
+        assert!(MatchFilter::default().matches("", "", ""));
+    }
+
+    #[test]
+    fn selector_operators() {
+        let sel = Selector {
+            match_labels: labels(&[("team", "a")]).into_iter().collect(),
+            match_expressions: vec![
+                Requirement {
+                    key: "env".into(),
+                    op: Operator::In,
+                    values: vec!["prod".into(), "stage".into()],
+                },
+                Requirement {
+                    key: "skip".into(),
+                    op: Operator::DoesNotExist,
+                    values: vec![],
+                },
+            ],
+        };
+        assert!(sel.matches(&labels(&[("team", "a"), ("env", "prod")])));
+        assert!(!sel.matches(&labels(&[("team", "a"), ("env", "dev")])));
+        assert!(!sel.matches(&labels(&[("team", "a"), ("env", "prod"), ("skip", "")])));
+        assert!(!sel.matches(&labels(&[("env", "prod")])));
+        assert!(Selector::default().matches(&labels(&[])));
+    }
+
+    #[test]
+    fn specific_policies_win_then_name_order() {
+        let pol = |name: &str, sel: Selector, window: i64| Policy {
+            name: name.into(),
+            selector: sel,
+            settings: Arc::new(Settings {
+                series_window: TimeDelta::seconds(window),
+                ..Default::default()
+            }),
+        };
+        let prod = Selector {
+            match_labels: labels(&[("env", "prod")]),
+            ..Default::default()
+        };
+        let set = PolicySet::new(
+            vec![
+                pol("a-everything", Selector::default(), 1),
+                pol("z-prod", prod.clone(), 2),
+                pol("b-prod", prod, 3),
+            ],
+            Settings::default(),
+        );
+        let prod_slot = set.resolve(&labels(&[("env", "prod")]));
+        assert_eq!(set.policy_name(prod_slot), Some("b-prod"));
+        assert_eq!(set.settings(prod_slot).series_window, TimeDelta::seconds(3));
+        let other = set.resolve(&labels(&[]));
+        assert_eq!(set.policy_name(other), Some("a-everything"));
+        let none = PolicySet::uniform(Settings::default());
+        assert_eq!(none.resolve(&labels(&[])), 0);
+        assert_eq!(none.policy_name(0), None);
+    }
+}

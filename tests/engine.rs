@@ -1,0 +1,391 @@
+//! Lifecycle rules of the series engine (SPEC: Grouping, Output, Restart), on an injected clock.
+
+mod support;
+
+use chrono::TimeDelta;
+use event_series::engine::{Engine, EngineConfig, FinishCause, SeriesState, WriteKind};
+use event_series::key;
+use event_series::settings::{MatchFilter, Policy, PolicySet, Selector, Settings};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use support::*;
+
+fn secs(n: i64) -> TimeDelta {
+    TimeDelta::seconds(n)
+}
+
+#[test]
+fn second_occurrence_creates_the_series_and_later_ones_cost_nothing() {
+    let mut sim = Sim::new(fast_settings());
+    sim.occur("a", "r1", "web-0", "BackOff", false);
+    assert!(sim.intents.is_empty(), "one occurrence is only a candidate");
+    let start = sim.now;
+    sim.advance(secs(5), secs(1));
+    sim.occur("a", "r1", "web-0", "BackOff", false);
+    assert_eq!(sim.intents.len(), 1);
+    let create = &sim.intents[0];
+    assert_eq!(create.kind, WriteKind::Create);
+    assert_eq!(create.series.count, 2);
+    assert_eq!(create.series.first, start);
+    assert_eq!(create.series.last, sim.now);
+    assert_eq!(create.series.state, SeriesState::Ongoing);
+    for _ in 0..50 {
+        sim.advance(secs(1), secs(1));
+        sim.occur("a", "r1", "web-0", "BackOff", false);
+    }
+    assert_eq!(sim.intents.len(), 1, "occurrences between writes make no intent");
+    assert_eq!(sim.engine.active(sim.now)[0].count, 52);
+}
+
+#[test]
+fn quiet_finishes_once_with_the_final_count_and_a_new_burst_is_a_new_series() {
+    let mut sim = Sim::new(fast_settings());
+    for _ in 0..10 {
+        sim.occur("a", "r1", "web-0", "BackOff", false);
+        sim.advance(secs(1), secs(1));
+    }
+    // The last occurrence was 1s ago; 18s more is 19s of quiet, less than finishAfter (20s).
+    sim.advance(secs(18), secs(1));
+    assert_eq!(sim.count_kinds(), (1, 0, 0), "19s quiet < finishAfter 20s");
+    sim.advance(secs(1), secs(1));
+    assert_eq!(sim.count_kinds(), (1, 0, 1));
+    let fin = sim.intents.last().unwrap();
+    assert_eq!(fin.kind, WriteKind::Finish(FinishCause::Quiet));
+    assert_eq!(fin.series.count, 10);
+    assert_eq!(fin.series.state, SeriesState::Finished);
+    assert_eq!(sim.engine.active_series(), 0);
+    let first_name = fin.series.name.clone();
+
+    sim.advance(secs(100), secs(10));
+    sim.occur("a", "r1", "web-0", "BackOff", false);
+    sim.occur("a", "r1", "web-0", "BackOff", false);
+    let create = sim.intents.last().unwrap();
+    assert_eq!(create.kind, WriteKind::Create);
+    assert_ne!(create.series.name, first_name);
+    assert_eq!(create.series.count, 2);
+    assert_eq!(sim.store.with_state(SeriesState::Finished).len(), 1);
+    assert_eq!(sim.store.with_state(SeriesState::Ongoing).len(), 1);
+}
+
+#[test]
+fn heartbeats_carry_the_current_count_and_change_the_object() {
+    let mut sim = Sim::new(fast_settings());
+    for _ in 0..200 {
+        sim.occur("a", "r1", "web-0", "BackOff", false);
+        sim.advance(secs(1), secs(1));
+    }
+    let heartbeats: Vec<_> = sim
+        .intents
+        .iter()
+        .filter(|i| i.kind == WriteKind::Heartbeat)
+        .collect();
+    // 200s with a 60s interval (first one up to 15s early): 3 heartbeats.
+    assert_eq!(heartbeats.len(), 3);
+    let mut prev = None;
+    for h in &heartbeats {
+        assert!(h.series.count > 2);
+        assert_ne!(Some(h.series.written_at), prev, "every heartbeat changes the object");
+        prev = Some(h.series.written_at);
+    }
+    let gaps: Vec<_> = heartbeats
+        .windows(2)
+        .map(|w| w[1].series.written_at - w[0].series.written_at)
+        .collect();
+    assert!(gaps.iter().all(|g| *g == secs(60)), "{gaps:?}");
+}
+
+#[test]
+fn heartbeats_of_series_created_together_are_spread() {
+    let settings = Settings {
+        heartbeat_interval: TimeDelta::minutes(30),
+        ..fast_settings()
+    };
+    let mut engine = Engine::with_settings(Settings {
+        finish_after: TimeDelta::hours(2),
+        series_window: TimeDelta::hours(2),
+        ..settings
+    });
+    let now = t0();
+    for i in 0..100 {
+        let ev = legacy("a", &format!("r{i}"), pod("a", &format!("p{i}")), "BackOff", 2, now, now);
+        engine.observe(now, &key::observe(&ev).unwrap());
+    }
+    assert_eq!(engine.take_intents().len(), 100);
+    let mut at = Vec::new();
+    let mut t = now;
+    while t < now + TimeDelta::minutes(31) {
+        t += secs(1);
+        engine.tick(t);
+        for i in engine.take_intents() {
+            assert_eq!(i.kind, WriteKind::Heartbeat);
+            at.push(i.series.written_at);
+        }
+    }
+    assert_eq!(at.len(), 100);
+    at.dedup();
+    assert!(at.len() > 50, "heartbeats fire at {} distinct seconds", at.len());
+    assert!(at.iter().all(|t| *t > now + TimeDelta::seconds(22 * 60)));
+}
+
+#[test]
+fn a_lone_occurrence_expires_without_a_write() {
+    let mut sim = Sim::new(fast_settings());
+    sim.occur("a", "r1", "web-0", "BackOff", false);
+    sim.advance(secs(21), secs(1));
+    sim.occur("a", "r1", "web-0", "BackOff", false);
+    assert!(sim.intents.is_empty(), "21s apart is beyond the 20s window");
+    assert_eq!(sim.engine.stats().lone, 1);
+    assert_eq!(sim.engine.candidates(), 1);
+}
+
+#[test]
+fn raw_counts_are_folded_as_deltas() {
+    let mut engine = Engine::with_settings(fast_settings());
+    let now = t0();
+    let feed = |engine: &mut Engine, count: i32| {
+        let ev = legacy("a", "r1", pod("a", "p"), "BackOff", count, now, now);
+        engine.observe(now, &key::observe(&ev).unwrap());
+    };
+    feed(&mut engine, 3);
+    feed(&mut engine, 3);
+    feed(&mut engine, 2);
+    assert_eq!(engine.stats().occurrences, 3, "equal or lower counts add nothing");
+    feed(&mut engine, 5);
+    assert_eq!(engine.stats().occurrences, 5);
+    let intents = engine.take_intents();
+    assert_eq!(intents.len(), 1, "first seen with count 3: created at once");
+    assert_eq!(intents[0].series.count, 3);
+    assert_eq!(engine.active(now)[0].count, 5);
+}
+
+#[test]
+fn new_style_series_count_is_folded_as_deltas() {
+    let mut engine = Engine::with_settings(fast_settings());
+    let start = t0();
+    let at = |n: i64| start + secs(n);
+    let mut feed = |count: i32, last: i64| {
+        let ev = new_style("a", "r1", pod("a", "p"), "Sync", count, start, at(last));
+        engine.observe(at(last), &key::observe(&ev).unwrap());
+        engine.take_intents()
+    };
+    assert!(feed(1, 0).is_empty());
+    let created = feed(2, 3);
+    assert_eq!(created.len(), 1);
+    assert_eq!(created[0].series.first, start);
+    assert!(feed(10, 10).is_empty());
+    assert!(feed(10, 10).is_empty());
+    assert!(feed(25, 15).is_empty());
+    assert_eq!(engine.active(at(15))[0].count, 25);
+}
+
+#[test]
+fn a_raw_event_first_seen_old_is_a_baseline_not_a_series() {
+    let mut engine = Engine::with_settings(fast_settings());
+    let now = t0() + TimeDelta::hours(1);
+    let old = legacy("a", "r1", pod("a", "p"), "BackOff", 40, t0(), t0());
+    engine.observe(now, &key::observe(&old).unwrap());
+    assert!(engine.take_intents().is_empty());
+    assert_eq!(engine.stats().dropped_stale, 40);
+    // The emitter patches it again: only the new occurrence counts.
+    let again = legacy("a", "r1", pod("a", "p"), "BackOff", 41, t0(), now);
+    engine.observe(now, &key::observe(&again).unwrap());
+    assert_eq!(engine.candidates(), 1);
+    assert_eq!(engine.pending_occurrences(), 1);
+}
+
+#[test]
+fn a_gap_longer_than_the_window_ends_the_series_even_before_finish_after() {
+    let mut sim = Sim::new(Settings {
+        finish_after: secs(120),
+        ..fast_settings()
+    });
+    sim.occur("a", "r1", "web-0", "BackOff", false);
+    sim.occur("a", "r1", "web-0", "BackOff", false);
+    sim.advance(secs(30), secs(1));
+    sim.occur("a", "r1", "web-0", "BackOff", false);
+    let kinds: Vec<_> = sim.intents.iter().map(|i| i.kind).collect();
+    assert_eq!(
+        kinds,
+        vec![WriteKind::Create, WriteKind::Finish(FinishCause::Gap)]
+    );
+    assert_eq!(sim.intents[1].series.count, 2);
+    assert_eq!(sim.engine.candidates(), 1);
+}
+
+#[test]
+fn note_is_part_of_the_key_only_when_asked() {
+    for (include_note, series) in [(false, 1), (true, 0)] {
+        let mut engine = Engine::with_settings(Settings {
+            include_note,
+            ..fast_settings()
+        });
+        let now = t0();
+        for (raw, msg) in [("r1", "Created pod: a"), ("r2", "Created pod: b")] {
+            let mut ev = legacy("a", raw, pod("a", "rs"), "SuccessfulCreate", 1, now, now);
+            ev.message = Some(msg.into());
+            engine.observe(now, &key::observe(&ev).unwrap());
+        }
+        assert_eq!(engine.active_series(), series, "includeNote={include_note}");
+    }
+}
+
+#[test]
+fn filters_drop_and_count() {
+    let mut engine = Engine::with_settings(Settings {
+        filter: MatchFilter {
+            types: vec!["Warning".into()],
+            exclude_reasons: vec!["Pulled".into()],
+            ..Default::default()
+        },
+        ..fast_settings()
+    });
+    let now = t0();
+    let mut pulled = legacy("a", "r1", pod("a", "p"), "Pulled", 5, now, now);
+    engine.observe(now, &key::observe(&pulled).unwrap());
+    pulled.type_ = Some("Normal".into());
+    pulled.reason = Some("BackOff".into());
+    pulled.metadata.uid = Some("other".into());
+    engine.observe(now, &key::observe(&pulled).unwrap());
+    assert_eq!(engine.stats().dropped_filtered, 10);
+    assert_eq!(engine.active_series(), 0);
+    let ok = legacy("a", "r3", pod("a", "p"), "BackOff", 5, now, now);
+    engine.observe(now, &key::observe(&ok).unwrap());
+    assert_eq!(engine.active_series(), 1);
+}
+
+#[test]
+fn max_active_series_finishes_the_least_recently_active_with_its_count() {
+    let mut sim = Sim::new(Settings {
+        max_active_series: 2,
+        ..fast_settings()
+    });
+    for p in ["p1", "p2"] {
+        sim.occur_n("a", p, p, "BackOff", false, 3);
+        sim.advance(secs(1), secs(1));
+    }
+    sim.occur("a", "p1", "p1", "BackOff", false); // p2 is now the least recently active
+    sim.occur_n("a", "p3", "p3", "BackOff", false, 2);
+    let evicted: Vec<_> = sim
+        .intents
+        .iter()
+        .filter(|i| i.kind == WriteKind::Finish(FinishCause::Evicted))
+        .collect();
+    assert_eq!(evicted.len(), 1);
+    assert_eq!(evicted[0].series.key.view().regarding.name, "p2");
+    assert_eq!(evicted[0].series.count, 3);
+    assert_eq!(sim.engine.active_series(), 2);
+    assert_eq!(sim.engine.stats().series_evicted, 1);
+}
+
+#[test]
+fn candidates_and_raw_counts_are_bounded_and_evictions_counted() {
+    let mut engine = Engine::new(
+        PolicySet::uniform(Settings {
+            max_active_series: 10,
+            ..fast_settings()
+        }),
+        EngineConfig { raw_capacity: 100 },
+    );
+    let now = t0();
+    for i in 0..2000 {
+        let ev = legacy("a", &format!("r{i}"), pod("a", &format!("p{i}")), "BackOff", 1, now, now);
+        engine.observe(now, &key::observe(&ev).unwrap());
+    }
+    assert_eq!(engine.candidates(), 1024);
+    assert_eq!(engine.stats().candidates_evicted, 2000 - 1024);
+    assert_eq!(engine.stats().lone, 2000 - 1024);
+    assert_eq!(engine.stats().raw_evicted, 1900);
+}
+
+#[test]
+fn policy_changes_apply_live() {
+    let mut engine = Engine::with_settings(Settings {
+        finish_after: TimeDelta::minutes(10),
+        ..fast_settings()
+    });
+    let now = t0();
+    let ev = legacy("a", "r1", pod("a", "p"), "BackOff", 2, now, now);
+    engine.observe(now, &key::observe(&ev).unwrap());
+    engine.take_intents();
+    engine.tick(now + secs(30));
+    assert!(engine.take_intents().is_empty());
+    engine.set_policies(now + secs(30), PolicySet::uniform(fast_settings()));
+    engine.tick(now + secs(31));
+    let fin = engine.take_intents();
+    assert_eq!(fin.len(), 1, "finishAfter 20s now applies");
+    assert_eq!(fin[0].kind, WriteKind::Finish(FinishCause::Quiet));
+}
+
+#[test]
+fn namespace_selector_picks_the_policy_and_relabelling_moves_series() {
+    let strict = Policy {
+        name: "prod".into(),
+        selector: Selector {
+            match_labels: BTreeMap::from([("env".to_string(), "prod".to_string())]),
+            ..Default::default()
+        },
+        settings: Arc::new(Settings {
+            filter: MatchFilter {
+                types: vec!["Normal".into()],
+                ..Default::default()
+            },
+            ..fast_settings()
+        }),
+    };
+    let mut engine = Engine::new(
+        PolicySet::new(vec![strict], fast_settings()),
+        Default::default(),
+    );
+    let now = t0();
+    engine.set_namespace_labels(now, "prod-ns", BTreeMap::from([("env".into(), "prod".into())]));
+    let warn = |ns: &str, raw: &str| legacy(ns, raw, pod(ns, "p"), "BackOff", 2, now, now);
+    engine.observe(now, &key::observe(&warn("prod-ns", "r1")).unwrap());
+    engine.observe(now, &key::observe(&warn("dev-ns", "r2")).unwrap());
+    assert_eq!(engine.stats().dropped_filtered, 2, "Warnings filtered in prod only");
+    assert_eq!(engine.active_series(), 1);
+    engine.set_namespace_labels(now, "dev-ns", BTreeMap::from([("env".into(), "prod".into())]));
+    assert_eq!(engine.active_series(), 1, "existing series move, they are not dropped");
+}
+
+#[test]
+fn relist_and_restart_do_not_count_twice() {
+    let mut sim = Sim::new(fast_settings());
+    for _ in 0..5 {
+        sim.occur("a", "r1", "web-0", "BackOff", false);
+        sim.advance(secs(1), secs(1));
+    }
+    sim.relist();
+    sim.restart();
+    sim.relist();
+    for _ in 0..5 {
+        sim.occur("a", "r1", "web-0", "BackOff", false);
+        sim.advance(secs(1), secs(1));
+    }
+    sim.advance(secs(60), secs(1));
+    assert_eq!(sim.store.objects.len(), 1, "one object for the series");
+    assert_eq!(sim.store.counts_by_key().values().sum::<u64>(), 10);
+}
+
+#[test]
+fn restart_after_long_downtime_finishes_at_once() {
+    let mut sim = Sim::new(fast_settings());
+    sim.occur_n("a", "r1", "web-0", "BackOff", false, 3);
+    sim.now += TimeDelta::minutes(10);
+    sim.restart();
+    let fin = sim.intents.last().unwrap();
+    assert_eq!(fin.kind, WriteKind::Finish(FinishCause::Quiet));
+    assert_eq!(fin.series.count, 3);
+    assert_eq!(sim.engine.active_series(), 0);
+}
+
+#[test]
+fn deleted_raw_objects_are_forgotten() {
+    let mut engine = Engine::with_settings(fast_settings());
+    let now = t0();
+    let ev = legacy("a", "r1", pod("a", "p"), "BackOff", 2, now, now);
+    let obs = key::observe(&ev).unwrap();
+    engine.observe(now, &obs);
+    engine.forget(obs.raw);
+    engine.observe(now, &obs);
+    assert_eq!(engine.stats().occurrences, 4, "a re-created object counts anew");
+}

@@ -1,0 +1,295 @@
+//! A simulated cluster for engine tests: raw core/v1 Events written by emitters, an injected clock, and
+//! a store that applies write intents the way the API server would. No API server, no I/O.
+#![allow(dead_code)]
+
+use chrono::{DateTime, TimeDelta, Utc};
+use event_series::engine::{Engine, Intent, SeriesState, WriteKind};
+use event_series::key;
+use event_series::mapping::to_event;
+use event_series::recovery;
+use event_series::settings::{PolicySet, Settings};
+use k8s_openapi::api::core::v1::{Event, EventSeries, EventSource, ObjectReference};
+use k8s_openapi::api::events::v1 as events;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use std::collections::BTreeMap;
+
+pub fn t0() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_800_000_000, 0).unwrap()
+}
+
+pub fn jiff(t: DateTime<Utc>) -> Timestamp {
+    Timestamp::new(t.timestamp(), t.timestamp_subsec_nanos() as i32).unwrap()
+}
+
+pub fn pod(ns: &str, name: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: Some(ns.into()),
+        name: Some(name.into()),
+        uid: Some(format!("uid-{ns}-{name}")),
+        field_path: Some("spec.containers{app}".into()),
+        resource_version: None,
+    }
+}
+
+/// A legacy (tools/record style) event with `count` occurrences between `first` and `last`.
+pub fn legacy(
+    ns: &str,
+    name: &str,
+    regarding: ObjectReference,
+    reason: &str,
+    count: i32,
+    first: DateTime<Utc>,
+    last: DateTime<Utc>,
+) -> Event {
+    Event {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            uid: Some(format!("raw-{ns}-{name}")),
+            ..Default::default()
+        },
+        involved_object: regarding,
+        reason: Some(reason.into()),
+        message: Some(format!("{reason} happened")),
+        type_: Some("Warning".into()),
+        source: Some(EventSource {
+            component: Some("kubelet".into()),
+            host: Some("node-1".into()),
+        }),
+        count: Some(count),
+        first_timestamp: Some(Time(jiff(first))),
+        last_timestamp: Some(Time(jiff(last))),
+        ..Default::default()
+    }
+}
+
+/// A new-style (tools/events style) event; `count` 1 means no series yet.
+pub fn new_style(
+    ns: &str,
+    name: &str,
+    regarding: ObjectReference,
+    reason: &str,
+    count: i32,
+    first: DateTime<Utc>,
+    last: DateTime<Utc>,
+) -> Event {
+    Event {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            uid: Some(format!("raw-{ns}-{name}")),
+            ..Default::default()
+        },
+        involved_object: regarding,
+        reason: Some(reason.into()),
+        action: Some("Restart".into()),
+        message: Some(format!("{reason} happened")),
+        type_: Some("Normal".into()),
+        reporting_component: Some("example.com/controller".into()),
+        reporting_instance: Some("controller-0".into()),
+        event_time: Some(MicroTime(jiff(first))),
+        series: (count > 1).then(|| EventSeries {
+            count: Some(count),
+            last_observed_time: Some(MicroTime(jiff(last))),
+        }),
+        ..Default::default()
+    }
+}
+
+pub fn fast_settings() -> Settings {
+    Settings {
+        heartbeat_interval: TimeDelta::seconds(60),
+        finish_after: TimeDelta::seconds(20),
+        series_window: TimeDelta::seconds(20),
+        ..Default::default()
+    }
+}
+
+/// One writer-visible object per series name, as the API server would hold it.
+#[derive(Default)]
+pub struct Store {
+    pub objects: BTreeMap<(String, String), events::Event>,
+    pub creates: usize,
+    pub heartbeats: usize,
+    pub finishes: usize,
+}
+
+impl Store {
+    pub fn apply(&mut self, intents: &[Intent]) {
+        for i in intents {
+            match i.kind {
+                WriteKind::Create => self.creates += 1,
+                WriteKind::Heartbeat => self.heartbeats += 1,
+                WriteKind::Finish(_) => self.finishes += 1,
+            }
+            let ev = to_event(&i.series);
+            let id = (
+                ev.metadata.namespace.clone().unwrap(),
+                ev.metadata.name.clone().unwrap(),
+            );
+            self.objects.insert(id, ev);
+        }
+    }
+
+    pub fn with_state(&self, state: SeriesState) -> Vec<&events::Event> {
+        self.objects
+            .values()
+            .filter(|e| {
+                e.metadata.labels.as_ref().unwrap()["eventseries.dev/state"] == state.as_str()
+            })
+            .collect()
+    }
+
+    /// Sum of series counts per key label, over every object.
+    pub fn counts_by_key(&self) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        for e in self.objects.values() {
+            let key = e.metadata.labels.as_ref().unwrap()["eventseries.dev/key"].clone();
+            *out.entry(key).or_default() += e.series.as_ref().unwrap().count as u64;
+        }
+        out
+    }
+}
+
+/// Raw events as the API server holds them, with resourceVersions, fed to an engine.
+pub struct Sim {
+    pub engine: Engine,
+    pub store: Store,
+    pub now: DateTime<Utc>,
+    pub rv: u64,
+    pub raws: BTreeMap<String, Event>,
+    pub intents: Vec<Intent>,
+    pub fed: u64,
+    policies: PolicySet,
+}
+
+impl Sim {
+    pub fn new(settings: Settings) -> Sim {
+        let policies = PolicySet::uniform(settings);
+        Sim {
+            engine: Engine::new(policies.clone(), Default::default()),
+            store: Store::default(),
+            now: t0(),
+            rv: 1000,
+            raws: BTreeMap::new(),
+            intents: Vec::new(),
+            fed: 0,
+            policies,
+        }
+    }
+
+    fn feed(&mut self, ev: &Event) {
+        let obs = key::observe(ev).expect("valid raw event");
+        self.engine.observe(self.now, &obs);
+        self.engine.checkpoint(self.rv);
+        self.flush();
+    }
+
+    pub fn flush(&mut self) {
+        let intents = self.engine.take_intents();
+        self.store.apply(&intents);
+        self.intents.extend(intents);
+    }
+
+    /// One more occurrence on raw object `raw` (created on first use) regarding `obj`.
+    pub fn occur(&mut self, ns: &str, raw: &str, obj: &str, reason: &str, new_style_event: bool) {
+        self.occur_n(ns, raw, obj, reason, new_style_event, 1);
+    }
+
+    pub fn occur_n(
+        &mut self,
+        ns: &str,
+        raw: &str,
+        obj: &str,
+        reason: &str,
+        new_style_event: bool,
+        n: i32,
+    ) {
+        self.rv += 1;
+        self.fed += n as u64;
+        let now = self.now;
+        let ev = match self.raws.get_mut(raw) {
+            Some(ev) => {
+                if let Some(s) = ev.series.as_mut() {
+                    s.count = Some(s.count.unwrap() + n);
+                    s.last_observed_time = Some(MicroTime(jiff(now)));
+                } else if ev.event_time.is_some() {
+                    ev.series = Some(EventSeries {
+                        count: Some(1 + n),
+                        last_observed_time: Some(MicroTime(jiff(now))),
+                    });
+                } else {
+                    ev.count = Some(ev.count.unwrap() + n);
+                    ev.last_timestamp = Some(Time(jiff(now)));
+                }
+                ev
+            }
+            None => {
+                let regarding = pod(ns, obj);
+                let ev = if new_style_event {
+                    new_style(ns, raw, regarding, reason, n, now, now)
+                } else {
+                    legacy(ns, raw, regarding, reason, n, now, now)
+                };
+                self.raws.entry(raw.to_owned()).or_insert(ev)
+            }
+        };
+        ev.metadata.resource_version = Some(self.rv.to_string());
+        let ev = ev.clone();
+        self.feed(&ev);
+    }
+
+    /// Advances the clock in steps of `step`, ticking the engine at each.
+    pub fn advance(&mut self, by: TimeDelta, step: TimeDelta) {
+        let end = self.now + by;
+        while self.now < end {
+            self.now = (self.now + step).min(end);
+            self.engine.tick(self.now);
+            self.flush();
+        }
+    }
+
+    /// Replays every raw object as a relist would (same resourceVersions).
+    pub fn relist(&mut self) {
+        self.engine.begin_resync();
+        let raws: Vec<Event> = self.raws.values().cloned().collect();
+        for ev in &raws {
+            let obs = key::observe(ev).unwrap();
+            self.engine.observe(self.now, &obs);
+        }
+        self.engine.end_resync();
+        self.flush();
+    }
+
+    /// Kills the engine and rebuilds a new one from the stored series objects and the raw events.
+    pub fn restart(&mut self) {
+        let mut engine = Engine::new(self.policies.clone(), Default::default());
+        engine.begin_recovery();
+        for obj in self.store.objects.values() {
+            let p = recovery::parse(obj).expect("own objects parse");
+            engine.restore(self.now, p);
+        }
+        for ev in self.raws.values() {
+            engine.observe(self.now, &key::observe(ev).unwrap());
+        }
+        engine.checkpoint(self.rv);
+        engine.end_recovery(self.now);
+        self.engine = engine;
+        self.flush();
+    }
+
+    pub fn count_kinds(&self) -> (usize, usize, usize) {
+        let mut c = (0, 0, 0);
+        for i in &self.intents {
+            match i.kind {
+                WriteKind::Create => c.0 += 1,
+                WriteKind::Heartbeat => c.1 += 1,
+                WriteKind::Finish(_) => c.2 += 1,
+            }
+        }
+        c
+    }
+}
