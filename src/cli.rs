@@ -34,7 +34,11 @@ pub enum LogFormat {
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// Address of the /metrics, /healthz and /readyz server.
-    #[arg(long, default_value = "0.0.0.0:8080", env = "EVENT_SERIES_METRICS_ADDR")]
+    #[arg(
+        long,
+        default_value = "0.0.0.0:8080",
+        env = "EVENT_SERIES_METRICS_ADDR"
+    )]
     pub metrics_addr: SocketAddr,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "EVENT_SERIES_LOG_FORMAT")]

@@ -250,7 +250,9 @@ pub enum NormaliseError {
     MissingName,
     #[error("event has no metadata.namespace")]
     MissingNamespace,
-    #[error("event carries no timestamp at all (eventTime, series, first/lastTimestamp, creationTimestamp)")]
+    #[error(
+        "event carries no timestamp at all (eventTime, series, first/lastTimestamp, creationTimestamp)"
+    )]
     NoTimestamp,
 }
 
@@ -343,7 +345,10 @@ pub fn observe(ev: &Event) -> Result<Observation<'_>, NormaliseError> {
     };
     Ok(Observation {
         raw: RawId::of(namespace, name, s(&meta.uid)),
-        resource_version: meta.resource_version.as_deref().and_then(|v| v.parse().ok()),
+        resource_version: meta
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse().ok()),
         namespace,
         key,
         note: s(&ev.message),

@@ -39,7 +39,7 @@ pub const STATE_LABEL: &str = "eventseries.dev/state";
 pub const KEY_LABEL: &str = "eventseries.dev/key";
 /// Highest raw-event resourceVersion fully absorbed when the object was written.
 pub const WATERMARK_ANNOTATION: &str = "eventseries.dev/watermark";
-/// `<raw id>=<count>,…` for the series' most recently updated raw objects.
+/// `<raw id>=<count>@<unix µs>,…` for the series' most recently updated raw objects.
 pub const SOURCES_ANNOTATION: &str = "eventseries.dev/sources";
 /// When the object was last written; changes on every heartbeat, so the write refreshes the TTL.
 pub const WRITTEN_AT_ANNOTATION: &str = "eventseries.dev/written-at";
@@ -204,7 +204,8 @@ pub fn to_event(s: &Snapshot) -> Event {
         ),
         (
             WRITTEN_AT_ANNOTATION.to_owned(),
-            s.written_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+            s.written_at
+                .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
         ),
     ]);
     Event {
@@ -244,8 +245,14 @@ mod tests {
         };
         let name_ok = !name.is_empty()
             && name.len() <= 63
-            && name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
-            && name.chars().last().is_some_and(|c| c.is_ascii_alphanumeric())
+            && name
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphanumeric())
+            && name
+                .chars()
+                .last()
+                .is_some_and(|c| c.is_ascii_alphanumeric())
             && name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));

@@ -9,7 +9,7 @@
 //! - `eventTime`, `series.count`, `series.lastObservedTime`, and the key fields themselves.
 
 use crate::engine::{PersistedSeries, SeriesState, Source};
-use crate::key::{KeyBuf, KeyId, RawId, SeriesKey, objref, s, to_chrono};
+use crate::key::{KeyBuf, KeyId, Observation, RawId, SeriesKey, objref, s, to_chrono};
 use crate::mapping::{
     KEY_LABEL, SOURCES_ANNOTATION, STATE_LABEL, WATERMARK_ANNOTATION, WRITTEN_AT_ANNOTATION,
 };
@@ -26,6 +26,12 @@ pub enum RecoveryError {
     Invalid { field: &'static str, value: String },
 }
 
+/// Puts listed raw events in the order their occurrences happened. A list arrives in name order; fed
+/// in time order, candidates and gaps form exactly as they did when the events were watched live.
+pub fn sort_for_replay(observations: &mut [Observation]) {
+    observations.sort_by_key(|o| (o.last, o.first));
+}
+
 pub fn encode_sources(sources: &[Source]) -> String {
     let mut out = String::with_capacity(sources.len() * 28);
     for (i, s) in sources.iter().enumerate() {
@@ -33,6 +39,9 @@ pub fn encode_sources(sources: &[Source]) -> String {
             out.push(',');
         }
         out.push_str(&format!("{}={}", s.raw, s.count));
+        if let Some(last) = s.last {
+            out.push_str(&format!("@{}", last.timestamp_micros()));
+        }
     }
     out
 }
@@ -42,10 +51,15 @@ pub fn encode_sources(sources: &[Source]) -> String {
 pub fn decode_sources(s: &str) -> Vec<Source> {
     s.split(',')
         .filter_map(|entry| {
-            let (raw, count) = entry.split_once('=')?;
+            let (raw, rest) = entry.split_once('=')?;
+            let (count, last) = match rest.split_once('@') {
+                Some((c, micros)) => (c, Some(micros.trim().parse::<i64>().ok()?)),
+                None => (rest, None),
+            };
             Some(Source {
                 raw: raw.trim().parse::<RawId>().ok()?,
                 count: count.trim().parse().ok()?,
+                last: last.and_then(DateTime::from_timestamp_micros),
             })
         })
         .collect()
@@ -139,16 +153,25 @@ mod tests {
             Source {
                 raw: RawId(0xdead_beef),
                 count: 7,
+                last: DateTime::from_timestamp_micros(1_800_000_000_123_456),
             },
             Source {
                 raw: RawId(u64::MAX),
                 count: 1,
+                last: None,
             },
         ];
         let text = encode_sources(&src);
-        assert_eq!(text, "00000000deadbeef=7,ffffffffffffffff=1");
+        assert_eq!(
+            text,
+            "00000000deadbeef=7@1800000000123456,ffffffffffffffff=1"
+        );
         assert_eq!(decode_sources(&text), src);
-        assert_eq!(decode_sources("zz=1,,00000000deadbeef=x,0000000000000001=2").len(), 1);
+        assert_eq!(
+            decode_sources("zz=1,,00000000deadbeef=x,0000000000000001=2,0000000000000002=3@x")
+                .len(),
+            1
+        );
         assert!(decode_sources("").is_empty());
     }
 

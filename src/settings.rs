@@ -195,7 +195,10 @@ impl PolicySet {
     pub fn settings(&self, slot: SlotIdx) -> &Arc<Settings> {
         match slot {
             0 => &self.defaults,
-            i => self.policies.get(i - 1).map_or(&self.defaults, |p| &p.settings),
+            i => self
+                .policies
+                .get(i - 1)
+                .map_or(&self.defaults, |p| &p.settings),
         }
     }
 
@@ -227,10 +230,7 @@ mod tests {
 
     #[test]
     fn durations_parse_and_refuse_sub_second() {
-        assert_eq!(
-            parse_duration("f", "90s").unwrap(),
-            TimeDelta::seconds(90)
-        );
+        assert_eq!(parse_duration("f", "90s").unwrap(), TimeDelta::seconds(90));
         assert_eq!(parse_duration("f", "6m").unwrap(), TimeDelta::minutes(6));
         assert_eq!(parse_duration("f", "1h").unwrap(), TimeDelta::hours(1));
         assert_eq!(

@@ -33,7 +33,11 @@ fn second_occurrence_creates_the_series_and_later_ones_cost_nothing() {
         sim.advance(secs(1), secs(1));
         sim.occur("a", "r1", "web-0", "BackOff", false);
     }
-    assert_eq!(sim.intents.len(), 1, "occurrences between writes make no intent");
+    assert_eq!(
+        sim.intents.len(),
+        1,
+        "occurrences between writes make no intent"
+    );
     assert_eq!(sim.engine.active(sim.now)[0].count, 52);
 }
 
@@ -84,7 +88,11 @@ fn heartbeats_carry_the_current_count_and_change_the_object() {
     let mut prev = None;
     for h in &heartbeats {
         assert!(h.series.count > 2);
-        assert_ne!(Some(h.series.written_at), prev, "every heartbeat changes the object");
+        assert_ne!(
+            Some(h.series.written_at),
+            prev,
+            "every heartbeat changes the object"
+        );
         prev = Some(h.series.written_at);
     }
     let gaps: Vec<_> = heartbeats
@@ -107,7 +115,15 @@ fn heartbeats_of_series_created_together_are_spread() {
     });
     let now = t0();
     for i in 0..100 {
-        let ev = legacy("a", &format!("r{i}"), pod("a", &format!("p{i}")), "BackOff", 2, now, now);
+        let ev = legacy(
+            "a",
+            &format!("r{i}"),
+            pod("a", &format!("p{i}")),
+            "BackOff",
+            2,
+            now,
+            now,
+        );
         engine.observe(now, &key::observe(&ev).unwrap());
     }
     assert_eq!(engine.take_intents().len(), 100);
@@ -123,7 +139,11 @@ fn heartbeats_of_series_created_together_are_spread() {
     }
     assert_eq!(at.len(), 100);
     at.dedup();
-    assert!(at.len() > 50, "heartbeats fire at {} distinct seconds", at.len());
+    assert!(
+        at.len() > 50,
+        "heartbeats fire at {} distinct seconds",
+        at.len()
+    );
     assert!(at.iter().all(|t| *t > now + TimeDelta::seconds(22 * 60)));
 }
 
@@ -149,7 +169,11 @@ fn raw_counts_are_folded_as_deltas() {
     feed(&mut engine, 3);
     feed(&mut engine, 3);
     feed(&mut engine, 2);
-    assert_eq!(engine.stats().occurrences, 3, "equal or lower counts add nothing");
+    assert_eq!(
+        engine.stats().occurrences,
+        3,
+        "equal or lower counts add nothing"
+    );
     feed(&mut engine, 5);
     assert_eq!(engine.stats().occurrences, 5);
     let intents = engine.take_intents();
@@ -284,11 +308,22 @@ fn candidates_and_raw_counts_are_bounded_and_evictions_counted() {
             max_active_series: 10,
             ..fast_settings()
         }),
-        EngineConfig { raw_capacity: 100 },
+        EngineConfig {
+            raw_capacity: 100,
+            ..Default::default()
+        },
     );
     let now = t0();
     for i in 0..2000 {
-        let ev = legacy("a", &format!("r{i}"), pod("a", &format!("p{i}")), "BackOff", 1, now, now);
+        let ev = legacy(
+            "a",
+            &format!("r{i}"),
+            pod("a", &format!("p{i}")),
+            "BackOff",
+            1,
+            now,
+            now,
+        );
         engine.observe(now, &key::observe(&ev).unwrap());
     }
     assert_eq!(engine.candidates(), 1024);
@@ -337,14 +372,30 @@ fn namespace_selector_picks_the_policy_and_relabelling_moves_series() {
         Default::default(),
     );
     let now = t0();
-    engine.set_namespace_labels(now, "prod-ns", BTreeMap::from([("env".into(), "prod".into())]));
+    engine.set_namespace_labels(
+        now,
+        "prod-ns",
+        BTreeMap::from([("env".into(), "prod".into())]),
+    );
     let warn = |ns: &str, raw: &str| legacy(ns, raw, pod(ns, "p"), "BackOff", 2, now, now);
     engine.observe(now, &key::observe(&warn("prod-ns", "r1")).unwrap());
     engine.observe(now, &key::observe(&warn("dev-ns", "r2")).unwrap());
-    assert_eq!(engine.stats().dropped_filtered, 2, "Warnings filtered in prod only");
+    assert_eq!(
+        engine.stats().dropped_filtered,
+        2,
+        "Warnings filtered in prod only"
+    );
     assert_eq!(engine.active_series(), 1);
-    engine.set_namespace_labels(now, "dev-ns", BTreeMap::from([("env".into(), "prod".into())]));
-    assert_eq!(engine.active_series(), 1, "existing series move, they are not dropped");
+    engine.set_namespace_labels(
+        now,
+        "dev-ns",
+        BTreeMap::from([("env".into(), "prod".into())]),
+    );
+    assert_eq!(
+        engine.active_series(),
+        1,
+        "existing series move, they are not dropped"
+    );
 }
 
 #[test]
@@ -387,5 +438,9 @@ fn deleted_raw_objects_are_forgotten() {
     engine.observe(now, &obs);
     engine.forget(obs.raw);
     engine.observe(now, &obs);
-    assert_eq!(engine.stats().occurrences, 4, "a re-created object counts anew");
+    assert_eq!(
+        engine.stats().occurrences,
+        4,
+        "a re-created object counts anew"
+    );
 }

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{Event, EventSeries, EventSource, ObjectReferenc
 use k8s_openapi::api::events::v1 as events;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
+use proptest::prelude::*;
 use std::collections::BTreeMap;
 
 pub fn t0() -> DateTime<Utc> {
@@ -272,8 +273,14 @@ impl Sim {
             let p = recovery::parse(obj).expect("own objects parse");
             engine.restore(self.now, p);
         }
-        for ev in self.raws.values() {
-            engine.observe(self.now, &key::observe(ev).unwrap());
+        let mut listed: Vec<_> = self
+            .raws
+            .values()
+            .map(|ev| key::observe(ev).unwrap())
+            .collect();
+        recovery::sort_for_replay(&mut listed);
+        for obs in &listed {
+            engine.observe(self.now, obs);
         }
         engine.checkpoint(self.rv);
         engine.end_recovery(self.now);
@@ -291,5 +298,39 @@ impl Sim {
             }
         }
         c
+    }
+}
+
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// `n` more occurrences on raw object `raw` of key `key`.
+    Occur { key: u8, raw: u8, n: u8 },
+    /// Let time pass, in seconds.
+    Wait(u16),
+    /// Replay every raw object (a relist after 410 Gone).
+    Relist,
+}
+
+/// Random emitter activity: occurrences on a few keys and raw objects, waits, relists.
+pub fn op_strategy() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0u8..6, 0u8..3, 1u8..4).prop_map(|(key, raw, n)| Op::Occur { key, raw, n }),
+        3 => (1u16..40).prop_map(Op::Wait),
+        1 => Just(Op::Relist),
+    ]
+}
+
+pub fn apply(sim: &mut Sim, op: &Op) {
+    match *op {
+        Op::Occur { key, raw, n } => sim.occur_n(
+            "ns",
+            &format!("k{key}-r{raw}"),
+            &format!("pod-{key}"),
+            "BackOff",
+            key % 2 == 0,
+            n as i32,
+        ),
+        Op::Wait(s) => sim.advance(TimeDelta::seconds(s as i64), TimeDelta::seconds(1)),
+        Op::Relist => sim.relist(),
     }
 }

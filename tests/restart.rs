@@ -1,0 +1,33 @@
+//! Restart equivalence: an engine stopped at a random point and rebuilt from what the API server holds
+//! (its series objects and the raw events) ends with the counts of one that never stopped.
+
+mod support;
+
+use chrono::TimeDelta;
+use proptest::prelude::*;
+use support::*;
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn restarted_engine_reaches_the_same_counts(
+        ops in prop::collection::vec(op_strategy(), 1..150),
+        crash_points in prop::collection::btree_set(0usize..150, 1..4),
+    ) {
+        let mut steady = Sim::new(fast_settings());
+        let mut crashing = Sim::new(fast_settings());
+        for (i, op) in ops.iter().enumerate() {
+            apply(&mut steady, op);
+            apply(&mut crashing, op);
+            if crash_points.contains(&i) {
+                crashing.restart();
+            }
+        }
+        for sim in [&mut steady, &mut crashing] {
+            sim.advance(TimeDelta::seconds(120), TimeDelta::seconds(1));
+        }
+        prop_assert_eq!(steady.store.counts_by_key(), crashing.store.counts_by_key());
+        prop_assert_eq!(steady.store.objects.len(), crashing.store.objects.len());
+    }
+}
