@@ -128,10 +128,11 @@ pub struct Source {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Snapshot {
     pub id: KeyId,
-    pub name: Arc<str>,
+    /// The object name ([`object_name`] of the key and start, unless restored under another).
+    pub name: String,
     pub namespace: Arc<str>,
+    /// The key and the note.
     pub key: Arc<KeyBuf>,
-    pub note: Arc<str>,
     pub count: u64,
     pub first: DateTime<Utc>,
     pub last: DateTime<Utc>,
@@ -155,8 +156,8 @@ pub struct PersistedSeries {
     pub id: KeyId,
     pub name: String,
     pub namespace: String,
+    /// The key and the note, as the object holds them.
     pub key: KeyBuf,
-    pub note: String,
     pub count: u64,
     pub first: DateTime<Utc>,
     pub last: DateTime<Utc>,
@@ -184,51 +185,71 @@ pub struct Stats {
     pub dropped_stale: u64,
 }
 
+/// What a candidate or a series has counted.
 #[derive(Clone, Debug)]
 struct Tally {
     key: Arc<KeyBuf>,
     namespace: Arc<str>,
-    note: Arc<str>,
     count: u64,
     first: DateTime<Utc>,
     last: DateTime<Utc>,
-    /// Most recently updated last.
+    /// Most recently updated last; at most [`MAX_SOURCES`].
     sources: Vec<Source>,
-    /// Due time of this entry's one live timer; other timers for the key are stale.
-    timer_due: DateTime<Utc>,
 }
 
 impl Tally {
     fn add(&mut self, raw: RawId, raw_count: u64, delta: u64, t: DateTime<Utc>) {
         self.count += delta;
         self.last = self.last.max(t);
-        if let Some(i) = self.sources.iter().position(|s| s.raw == raw) {
-            self.sources.remove(i);
-        } else if self.sources.len() >= MAX_SOURCES {
-            self.sources.remove(0);
-        }
-        self.sources.push(Source {
-            raw,
-            count: raw_count,
-            last: Some(t),
-        });
+        record(&mut self.sources, raw, raw_count, t);
     }
+}
+
+/// Notes that `raw` has reached `count`, keeping the most recently updated [`MAX_SOURCES`].
+fn record(sources: &mut Vec<Source>, raw: RawId, count: u64, t: DateTime<Utc>) {
+    if let Some(i) = sources.iter().position(|s| s.raw == raw) {
+        sources.remove(i);
+    } else if sources.len() >= MAX_SOURCES {
+        sources.remove(0);
+    } else {
+        // Most series have one source: grow one at a time rather than to four.
+        sources.reserve_exact(1);
+    }
+    sources.push(Source {
+        raw,
+        count,
+        last: Some(t),
+    });
 }
 
 #[derive(Clone, Debug)]
 struct Series {
     tally: Tally,
-    name: Arc<str>,
     next_heartbeat: DateTime<Utc>,
+    /// Due time of the series' one live timer; other timers for the key are stale.
+    timer_due: i64,
     /// Rebuilt from its object. While recovering, its persisted `last` is older than the occurrences
     /// the raw events still hold for it, so no gap is judged against it: had the live engine seen a
     /// gap, the object would have been written Finished.
     restored: bool,
 }
 
+/// A key whose occurrences were all alone, remembered without counts for `dormant_retention`: the raw
+/// objects already counted, so that a series the key forms later lists them among its sources and a
+/// restart does not count them again.
+#[derive(Clone, Debug)]
+struct Dormant {
+    namespace: Arc<str>,
+    last: DateTime<Utc>,
+    sources: Vec<Source>,
+}
+
+/// The keys governed by one policy. The LRU order of `candidates` and `dormant` is the order of their
+/// latest occurrence, which is how they expire (no timers needed).
 struct Slot {
     series: LruCache<KeyId, Series>,
     candidates: LruCache<KeyId, Tally>,
+    dormant: LruCache<KeyId, Dormant>,
 }
 
 impl Slot {
@@ -236,21 +257,16 @@ impl Slot {
         Slot {
             series: LruCache::unbounded(),
             candidates: LruCache::unbounded(),
+            dormant: LruCache::unbounded(),
         }
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum TimerKind {
-    Candidate,
-    Series,
-}
-
+/// One pending wake-up of a series. 32 bytes (the time as Unix microseconds): there is one per series.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Timer {
-    due: DateTime<Utc>,
-    slot: SlotIdx,
-    kind: TimerKind,
+    due: i64,
+    slot: u32,
     id: KeyId,
 }
 
@@ -291,6 +307,8 @@ pub struct Engine {
     raw: LruCache<RawId, RawState>,
     generation: u32,
     timers: BinaryHeap<Reverse<Timer>>,
+    /// Object names of restored series that differ from [`object_name`] (written by another version).
+    names: HashMap<KeyId, Arc<str>>,
     watermark: u64,
     pending_watermark: u64,
     evidence: HashMap<KeyId, Evidence>,
@@ -309,6 +327,7 @@ impl Engine {
             raw: LruCache::unbounded(),
             generation: 0,
             timers: BinaryHeap::new(),
+            names: HashMap::new(),
             watermark: 0,
             pending_watermark: 0,
             evidence: HashMap::new(),
@@ -331,13 +350,9 @@ impl Engine {
         self.slots.iter().map(|s| s.series.len()).sum()
     }
 
-    /// Keys seen within their window that may still become a series (dormant keys not included).
+    /// Keys seen within their window that may still become a series.
     pub fn candidates(&self) -> usize {
-        self.slots
-            .iter()
-            .flat_map(|s| s.candidates.iter())
-            .filter(|(_, c)| c.count > 0)
-            .count()
+        self.slots.iter().map(|s| s.candidates.len()).sum()
     }
 
     /// Occurrences held by candidates that may still become a series.
@@ -367,12 +382,17 @@ impl Engine {
         self.slots
             .iter()
             .flat_map(|s| s.series.iter())
-            .map(|(id, s)| self.snapshot(*id, s, SeriesState::Ongoing, now))
+            .map(|(id, s)| {
+                snapshot(
+                    &self.names,
+                    *id,
+                    s,
+                    SeriesState::Ongoing,
+                    now,
+                    self.watermark,
+                )
+            })
             .collect()
-    }
-
-    fn snapshot(&self, id: KeyId, s: &Series, state: SeriesState, now: DateTime<Utc>) -> Snapshot {
-        snapshot(id, s, state, now, self.watermark)
     }
 
     /// The namespace's interned name and governing slot.
@@ -422,8 +442,9 @@ impl Engine {
     }
 
     /// Starts a rebuild after a restart: restore every series object with [`Engine::restore`], observe
-    /// every listed raw event, then call [`Engine::end_recovery`]. Ticks are ignored until then, so that
-    /// no series is finished before the raw events that extend it have been read.
+    /// every listed raw event in time order ([`crate::recovery::sort_for_replay`]), then call
+    /// [`Engine::end_recovery`]. Ticks are ignored until then, so that no series is finished before the
+    /// raw events that extend it have been read.
     pub fn begin_recovery(&mut self) {
         self.recovering = true;
     }
@@ -442,56 +463,42 @@ impl Engine {
             return;
         }
         let (namespace, slot_idx) = self.namespace(&p.namespace);
-        let settings = self.policies.settings(slot_idx).clone();
-        if let Some(existing) = self.slots[slot_idx].series.peek(&p.id) {
-            if existing.tally.first >= p.first {
-                // Two Ongoing objects for one key: keep the newer, finish the older so it is not left
-                // Ongoing forever.
-                let old = self.series_from(p, namespace, now, &settings);
-                let snap = snapshot(old.0, &old.1, SeriesState::Finished, now, self.watermark);
-                self.push_intent(WriteKind::Finish(FinishCause::Gap), snap);
-                return;
-            }
-            if let Some(older) = self.slots[slot_idx].series.pop(&p.id) {
-                let snap = self.snapshot(p.id, &older, SeriesState::Finished, now);
-                self.push_intent(WriteKind::Finish(FinishCause::Gap), snap);
-            }
+        let interval = self.policies.settings(slot_idx).heartbeat_interval;
+        let id = p.id;
+        let key = Arc::new(p.key);
+        if object_name(&key.view(), id, p.first) != p.name {
+            self.names.insert(id, Arc::from(p.name));
         }
-        let (id, series) = self.series_from(p, namespace, now, &settings);
-        self.insert_series(now, slot_idx, id, series);
-    }
-
-    fn series_from(
-        &self,
-        p: PersistedSeries,
-        namespace: Arc<str>,
-        now: DateTime<Utc>,
-        settings: &Settings,
-    ) -> (KeyId, Series) {
-        let interval = settings.heartbeat_interval;
         // Next heartbeat one interval after the last write, but never all restored series at once.
-        let spread = now + jitter(p.id, interval / 8);
-        let next_heartbeat = p.last_write.map_or(spread, |w| (w + interval).max(spread));
+        let spread = now + jitter(id, interval / 8);
         let mut sources = p.sources;
         sources.truncate(MAX_SOURCES);
-        (
-            p.id,
-            Series {
-                tally: Tally {
-                    key: Arc::new(p.key),
-                    namespace,
-                    note: Arc::from(p.note),
-                    count: p.count,
-                    first: p.first,
-                    last: p.last.max(p.first),
-                    sources,
-                    timer_due: now,
-                },
-                name: Arc::from(p.name),
-                next_heartbeat,
-                restored: true,
+        let series = Series {
+            tally: Tally {
+                key,
+                namespace,
+                count: p.count,
+                first: p.first,
+                last: p.last.max(p.first),
+                sources,
             },
-        )
+            next_heartbeat: p.last_write.map_or(spread, |w| (w + interval).max(spread)),
+            timer_due: 0,
+            restored: true,
+        };
+        match self.slots[slot_idx].series.peek(&id) {
+            // Two Ongoing objects for one key (a lost Finish write): keep the newer, finish the older
+            // so that it is not left Ongoing forever.
+            Some(existing) if existing.tally.first >= series.tally.first => {
+                self.finish(now, id, series, FinishCause::Gap);
+            }
+            _ => {
+                if let Some(older) = self.slots[slot_idx].series.pop(&id) {
+                    self.finish(now, id, older, FinishCause::Gap);
+                }
+                self.insert_series(now, slot_idx, id, series);
+            }
+        }
     }
 
     /// Ends a rebuild: from now on a raw object the engine has not seen is new.
@@ -567,12 +574,14 @@ impl Engine {
         }
         let window = settings.series_window;
         let t = obs.last.min(now);
-        // Where the counted occurrences may lie: a new raw object's from its first to its last; a known
-        // one's after the previous last, which is the series start only if nothing else is known.
-        let (first, start, gaps) = match (d.baseline, d.since) {
+        // Where the counted occurrences lie: a new raw object's between its first and its last; a
+        // known one's after the previous last. `gaps` is how many gaps separate them from each other
+        // and from that start.
+        let (mut first, start, gaps) = match (d.baseline, d.since) {
             (0, _) => (obs.first.min(t), Some(obs.first.min(t)), delta - 1),
             (_, since) => (t, since, delta),
         };
+
         let slot = &mut self.slots[slot_idx];
         if let Some(series) = slot.series.get_mut(&id) {
             if t <= series.tally.last + window || (self.recovering && series.restored) {
@@ -588,76 +597,78 @@ impl Engine {
             self.remember(slot_idx, id, obs, namespace, t);
             return;
         }
-        // N occurrences spread over more than `gaps` windows had a gap longer than the window between
-        // every two of them: all but the last were alone (a live engine would have seen them expire).
-        let isolated = start.is_some_and(|start| {
+        // N occurrences spread over more than `gaps` windows: the live engine saw each of them alone
+        // (exact for what it saw, see module docs), so all but the last are lone.
+        let spread = start.is_some_and(|start| {
             i32::try_from(gaps).is_ok_and(|g| g >= 1 && t - start > window * g)
         });
-        let first = if delta >= 2 && isolated {
+        if delta >= 2 && spread {
             self.stats.lone += delta - 1;
             delta = 1;
-            t
-        } else {
-            first
-        };
+            first = t;
+        }
 
+        let max_candidates = settings.max_candidates();
         let slot = &mut self.slots[slot_idx];
-        let due = beyond(t, window);
-        let (count, rearm) = match slot.candidates.get_mut(&id) {
-            Some(c) if c.count > 0 && t <= c.last + window && t >= c.first - window => {
+        let count = match slot.candidates.get_mut(&id) {
+            Some(c) if t <= c.last + window && t >= c.first - window => {
                 c.first = c.first.min(first);
                 c.add(obs.raw, obs.count, delta, t);
-                (c.count, false)
+                c.count
             }
             Some(c) => {
-                // A new run of a key whose earlier occurrences were alone. The tally keeps its sources:
-                // the series this may become records them, so a restart does not count them again.
+                // A new run of a key whose earlier occurrences were alone; the sources stay.
                 self.stats.lone += c.count;
                 c.count = 0;
                 c.first = first;
                 c.last = t;
                 c.add(obs.raw, obs.count, delta, t);
-                c.timer_due = due;
-                (c.count, true)
+                c.count
             }
             None => {
-                if slot.candidates.len() >= settings.max_candidates()
-                    && let Some((_, evicted)) = slot.candidates.pop_lru()
+                let sources = slot.dormant.pop(&id).map(|d| d.sources).unwrap_or_default();
+                if slot.candidates.len() >= max_candidates
+                    && let Some((old, evicted)) = slot.candidates.pop_lru()
                 {
                     self.stats.lone += evicted.count;
                     self.stats.candidates_evicted += 1;
+                    Self::make_dormant(slot, old, evicted, max_candidates);
                 }
                 let mut tally = Tally {
-                    key: Arc::new(KeyBuf::new(&obs.key)),
+                    key: Arc::new(KeyBuf::new(&obs.key, obs.note)),
                     namespace,
-                    note: Arc::from(obs.note),
                     count: 0,
                     first,
                     last: t,
-                    sources: Vec::new(),
-                    timer_due: due,
+                    sources,
                 };
                 tally.add(obs.raw, obs.count, delta, t);
                 let count = tally.count;
                 slot.candidates.put(id, tally);
-                (count, true)
+                count
             }
         };
-        if rearm {
-            self.timers.push(Reverse(Timer {
-                due,
-                slot: slot_idx,
-                kind: TimerKind::Candidate,
-                id,
-            }));
-        }
         if count >= 2 {
             self.promote(now, slot_idx, id, &settings);
         }
     }
 
-    /// Records a raw object's count on its key without counting anything, so that a series the key
-    /// forms later lists it among its sources (see the dormant state in `fire`).
+    fn make_dormant(slot: &mut Slot, id: KeyId, c: Tally, max: usize) {
+        if slot.dormant.len() >= max {
+            slot.dormant.pop_lru();
+        }
+        slot.dormant.put(
+            id,
+            Dormant {
+                namespace: c.namespace,
+                last: c.last,
+                sources: c.sources,
+            },
+        );
+    }
+
+    /// Records a raw object's count on its key without counting anything (a stale observation), so
+    /// that a series the key forms later lists it among its sources.
     fn remember(
         &mut self,
         slot_idx: SlotIdx,
@@ -669,34 +680,19 @@ impl Engine {
         let max = self.policies.settings(slot_idx).max_candidates();
         let slot = &mut self.slots[slot_idx];
         if let Some(c) = slot.candidates.peek_mut(&id) {
-            c.add(obs.raw, obs.count, 0, c.last.max(t));
+            record(&mut c.sources, obs.raw, obs.count, t);
             return;
         }
-        if slot.candidates.len() >= max
-            && let Some((_, evicted)) = slot.candidates.pop_lru()
-        {
-            self.stats.lone += evicted.count;
-            self.stats.candidates_evicted += 1;
+        if slot.dormant.peek(&id).is_none() && slot.dormant.len() >= max {
+            slot.dormant.pop_lru();
         }
-        let due = t + self.config.dormant_retention;
-        let mut tally = Tally {
-            key: Arc::new(KeyBuf::new(&obs.key)),
+        let d = slot.dormant.get_or_insert_mut(id, || Dormant {
             namespace,
-            note: Arc::from(obs.note),
-            count: 0,
-            first: t,
             last: t,
             sources: Vec::new(),
-            timer_due: due,
-        };
-        tally.add(obs.raw, obs.count, 0, t);
-        slot.candidates.push(id, tally);
-        self.timers.push(Reverse(Timer {
-            due,
-            slot: slot_idx,
-            kind: TimerKind::Candidate,
-            id,
-        }));
+        });
+        d.last = d.last.max(t);
+        record(&mut d.sources, obs.raw, obs.count, t);
     }
 
     /// A candidate's second occurrence: the series starts and is created.
@@ -704,37 +700,33 @@ impl Engine {
         let Some(tally) = self.slots[slot_idx].candidates.pop(&id) else {
             return;
         };
-        let name: Arc<str> = Arc::from(object_name(&tally.key.view(), id, tally.first));
         let interval = settings.heartbeat_interval;
         let series = Series {
             tally,
-            name,
             next_heartbeat: now + interval - jitter(id, interval / 4),
+            timer_due: 0,
             restored: false,
         };
         self.stats.series_started += 1;
-        let snap = self.snapshot(id, &series, SeriesState::Ongoing, now);
+        let snap = snapshot(
+            &self.names,
+            id,
+            &series,
+            SeriesState::Ongoing,
+            now,
+            self.watermark,
+        );
         self.push_intent(WriteKind::Create, snap);
         self.insert_series(now, slot_idx, id, series);
     }
 
     /// Adds a series to its slot, finishing the least recently active ones beyond `maxActiveSeries`.
     fn insert_series(&mut self, now: DateTime<Utc>, slot_idx: SlotIdx, id: KeyId, mut s: Series) {
-        let settings = self.policies.settings(slot_idx).clone();
+        let settings = self.policies.settings(slot_idx);
         let due = s.next_heartbeat.min(s.tally.last + settings.finish_after);
-        s.tally.timer_due = due;
+        let max = settings.max_active_series.max(1);
+        s.timer_due = self.arm(due, slot_idx, id);
         self.slots[slot_idx].series.put(id, s);
-        self.timers.push(Reverse(Timer {
-            due,
-            slot: slot_idx,
-            kind: TimerKind::Series,
-            id,
-        }));
-        self.enforce_limit(now, slot_idx);
-    }
-
-    fn enforce_limit(&mut self, now: DateTime<Utc>, slot_idx: SlotIdx) {
-        let max = self.policies.settings(slot_idx).max_active_series.max(1);
         while self.slots[slot_idx].series.len() > max {
             let Some((id, evicted)) = self.slots[slot_idx].series.pop_lru() else {
                 break;
@@ -746,7 +738,15 @@ impl Engine {
 
     fn finish(&mut self, now: DateTime<Utc>, id: KeyId, s: Series, cause: FinishCause) {
         self.stats.series_finished += 1;
-        let snap = self.snapshot(id, &s, SeriesState::Finished, now);
+        let snap = snapshot(
+            &self.names,
+            id,
+            &s,
+            SeriesState::Finished,
+            now,
+            self.watermark,
+        );
+        self.names.remove(&id);
         self.push_intent(WriteKind::Finish(cause), snap);
     }
 
@@ -754,13 +754,45 @@ impl Engine {
         self.intents.push(Intent { kind, series });
     }
 
-    /// Advances the clock: heartbeats, finishes, expired candidates.
+    /// Schedules a wake-up for a series; returns the due time to store in it.
+    fn arm(&mut self, due: DateTime<Utc>, slot: SlotIdx, id: KeyId) -> i64 {
+        let due = due.timestamp_micros();
+        self.timers.push(Reverse(Timer {
+            due,
+            slot: slot as u32,
+            id,
+        }));
+        due
+    }
+
+    /// Advances the clock: heartbeats, finishes, expired candidates and dormant keys.
     pub fn tick(&mut self, now: DateTime<Utc>) {
         if self.recovering {
             return;
         }
+        for (idx, slot) in self.slots.iter_mut().enumerate() {
+            let window = self.policies.settings(idx).series_window;
+            let max = self.policies.settings(idx).max_candidates();
+            while let Some((_, c)) = slot.candidates.peek_lru() {
+                if beyond(c.last, window) > now {
+                    break;
+                }
+                if let Some((id, c)) = slot.candidates.pop_lru() {
+                    self.stats.lone += c.count;
+                    Self::make_dormant(slot, id, c, max);
+                }
+            }
+            while slot
+                .dormant
+                .peek_lru()
+                .is_some_and(|(_, d)| d.last + self.config.dormant_retention <= now)
+            {
+                slot.dormant.pop_lru();
+            }
+        }
+        let now_micros = now.timestamp_micros();
         while let Some(Reverse(top)) = self.timers.peek().copied() {
-            if top.due > now {
+            if top.due > now_micros {
                 break;
             }
             self.timers.pop();
@@ -769,65 +801,45 @@ impl Engine {
     }
 
     fn fire(&mut self, now: DateTime<Utc>, t: Timer) {
-        let Some(settings) =
-            (t.slot < self.slots.len()).then(|| self.policies.settings(t.slot).clone())
-        else {
+        let slot_idx = t.slot as SlotIdx;
+        let settings = self.policies.settings(slot_idx).clone();
+        let Some(slot) = self.slots.get_mut(slot_idx) else {
             return;
         };
-        let slot = &mut self.slots[t.slot];
-        match t.kind {
-            TimerKind::Candidate => {
-                let Some(c) = slot.candidates.peek_mut(&t.id) else {
-                    return;
-                };
-                if c.timer_due != t.due {
-                    return;
-                }
-                // A live candidate turns dormant once its window passes: its occurrences were alone,
-                // but its sources are kept for `dormant_retention` (see `observe`). Then it goes.
-                let expiry = beyond(c.last, settings.series_window);
-                let due = if c.count > 0 && expiry <= now {
-                    self.stats.lone += c.count;
-                    c.count = 0;
-                    c.last + self.config.dormant_retention
-                } else if c.count > 0 {
-                    expiry
-                } else {
-                    c.last + self.config.dormant_retention
-                };
-                if due <= now {
-                    slot.candidates.pop(&t.id);
-                } else {
-                    c.timer_due = due;
-                    self.timers.push(Reverse(Timer { due, ..t }));
-                }
+        let Some(s) = slot.series.peek_mut(&t.id) else {
+            return;
+        };
+        if s.timer_due != t.due {
+            return;
+        }
+        let finish_due = s.tally.last + settings.finish_after;
+        if finish_due <= now {
+            if let Some(ended) = slot.series.pop(&t.id) {
+                self.finish(now, t.id, ended, FinishCause::Quiet);
             }
-            TimerKind::Series => {
-                let Some(s) = slot.series.peek_mut(&t.id) else {
-                    return;
-                };
-                if s.tally.timer_due != t.due {
-                    return;
-                }
-                let finish_due = s.tally.last + settings.finish_after;
-                if finish_due <= now {
-                    if let Some(ended) = slot.series.pop(&t.id) {
-                        self.finish(now, t.id, ended, FinishCause::Quiet);
-                    }
-                    return;
-                }
-                let heartbeat = s.next_heartbeat <= now;
-                if heartbeat {
-                    s.next_heartbeat = now + settings.heartbeat_interval;
-                }
-                let due = s.next_heartbeat.min(finish_due);
-                s.tally.timer_due = due;
-                self.timers.push(Reverse(Timer { due, ..t }));
-                if heartbeat {
-                    let snap = snapshot(t.id, s, SeriesState::Ongoing, now, self.watermark);
-                    self.push_intent(WriteKind::Heartbeat, snap);
-                }
-            }
+            return;
+        }
+        let heartbeat = s.next_heartbeat <= now;
+        if heartbeat {
+            s.next_heartbeat = now + settings.heartbeat_interval;
+        }
+        let due = s.next_heartbeat.min(finish_due);
+        let snap = heartbeat.then(|| {
+            snapshot(
+                &self.names,
+                t.id,
+                s,
+                SeriesState::Ongoing,
+                now,
+                self.watermark,
+            )
+        });
+        let due = self.arm(due, slot_idx, t.id);
+        if let Some(s) = self.slots[slot_idx].series.peek_mut(&t.id) {
+            s.timer_due = due;
+        }
+        if let Some(snap) = snap {
+            self.push_intent(WriteKind::Heartbeat, snap);
         }
     }
 
@@ -872,61 +884,49 @@ impl Engine {
         let old: Vec<Slot> = std::mem::take(&mut self.slots);
         self.slots = (0..self.policies.slots()).map(|_| Slot::new()).collect();
         self.timers.clear();
-        let mut series = Vec::new();
-        let mut candidates = Vec::new();
         for mut slot in old {
             // Oldest first, so that re-insertion keeps the recency order.
-            while let Some(entry) = slot.series.pop_lru() {
-                series.push(entry);
+            while let Some((id, d)) = slot.dormant.pop_lru() {
+                let (_, idx) = self.namespace(&d.namespace.clone());
+                self.slots[idx].dormant.put(id, d);
             }
-            while let Some(entry) = slot.candidates.pop_lru() {
-                candidates.push(entry);
+            while let Some((id, c)) = slot.candidates.pop_lru() {
+                let (_, idx) = self.namespace(&c.namespace.clone());
+                self.slots[idx].candidates.put(id, c);
             }
-        }
-        for (id, mut c) in candidates {
-            let (_, idx) = self.namespace(&c.namespace.clone());
-            let window = self.policies.settings(idx).series_window;
-            c.timer_due = if c.count > 0 {
-                beyond(c.last, window)
-            } else {
-                c.last + self.config.dormant_retention
-            };
-            self.timers.push(Reverse(Timer {
-                due: c.timer_due,
-                slot: idx,
-                kind: TimerKind::Candidate,
-                id,
-            }));
-            self.slots[idx].candidates.put(id, c);
-        }
-        for (id, mut s) in series {
-            let (_, idx) = self.namespace(&s.tally.namespace.clone());
-            let interval = self.policies.settings(idx).heartbeat_interval;
-            s.next_heartbeat = s.next_heartbeat.min(now + interval);
-            self.insert_series(now, idx, id, s);
+            while let Some((id, mut s)) = slot.series.pop_lru() {
+                let (_, idx) = self.namespace(&s.tally.namespace.clone());
+                let interval = self.policies.settings(idx).heartbeat_interval;
+                s.next_heartbeat = s.next_heartbeat.min(now + interval);
+                self.insert_series(now, idx, id, s);
+            }
         }
     }
 }
 
 fn snapshot(
+    names: &HashMap<KeyId, Arc<str>>,
     id: KeyId,
     s: &Series,
     state: SeriesState,
     now: DateTime<Utc>,
     watermark: u64,
 ) -> Snapshot {
+    let t = &s.tally;
     Snapshot {
         id,
-        name: s.name.clone(),
-        namespace: s.tally.namespace.clone(),
-        key: s.tally.key.clone(),
-        note: s.tally.note.clone(),
-        count: s.tally.count,
-        first: s.tally.first,
-        last: s.tally.last,
+        name: names.get(&id).map_or_else(
+            || object_name(&t.key.view(), id, t.first),
+            |n| n.to_string(),
+        ),
+        namespace: t.namespace.clone(),
+        key: t.key.clone(),
+        count: t.count,
+        first: t.first,
+        last: t.last,
         state,
         watermark,
-        sources: s.tally.sources.clone(),
+        sources: t.sources.clone(),
         written_at: now,
     }
 }

@@ -147,11 +147,12 @@ impl<S: AsRef<str>> SeriesKey<S> {
     }
 }
 
-/// Number of string fields in a key: six for regarding, six for related, five scalars.
-const FIELDS: usize = 17;
+/// Number of string fields in a key: six for regarding, six for related, five scalars; then the note.
+const FIELDS: usize = 18;
 
-/// An owned [`SeriesKey`] packed into one allocation: a series keeps its key for as long as it lives,
-/// and seventeen separate `String`s would cost 400 bytes of headers per series before any text.
+/// An owned [`SeriesKey`] and the note of its first occurrence, packed into one allocation: a series
+/// keeps them as long as it lives, and eighteen separate `String`s would cost over 400 bytes of headers
+/// per series before any text.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyBuf {
     text: Box<str>,
@@ -160,7 +161,7 @@ pub struct KeyBuf {
 }
 
 impl KeyBuf {
-    pub fn new<S: AsRef<str>>(key: &SeriesKey<S>) -> KeyBuf {
+    pub fn new<S: AsRef<str>>(key: &SeriesKey<S>, note: &str) -> KeyBuf {
         let mut parts: [&str; FIELDS] = [""; FIELDS];
         parts[..6].copy_from_slice(&key.regarding.parts());
         if let Some(r) = &key.related {
@@ -172,6 +173,7 @@ impl KeyBuf {
             key.reporting_controller.as_ref(),
             key.reporting_instance.as_ref(),
             key.type_.as_ref(),
+            note,
         ]);
         let mut text = String::with_capacity(parts.iter().map(|p| p.len()).sum());
         let mut ends = [0u32; FIELDS];
@@ -217,7 +219,12 @@ impl KeyBuf {
         }
     }
 
-    /// Heap bytes of text the key carries.
+    /// The note (message) of the series' first occurrence.
+    pub fn note(&self) -> &str {
+        self.field(17)
+    }
+
+    /// Heap bytes of text the key and note carry.
     pub fn text_len(&self) -> usize {
         self.text.len()
     }
@@ -500,8 +507,9 @@ mod tests {
     fn owned_key_hashes_like_the_borrowed_one() {
         let ev = legacy();
         let o = observe(&ev).unwrap();
-        let owned = KeyBuf::new(&o.key);
+        let owned = KeyBuf::new(&o.key, o.note);
         assert_eq!(owned.view(), o.key);
+        assert_eq!(owned.note(), o.note);
         assert_eq!(owned.view().id(None), o.key.id(None));
         let id = o.key.id(None);
         assert_eq!(id.to_string().parse::<KeyId>().unwrap(), id);

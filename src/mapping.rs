@@ -210,7 +210,7 @@ pub fn to_event(s: &Snapshot) -> Event {
     ]);
     Event {
         metadata: ObjectMeta {
-            name: Some(s.name.to_string()),
+            name: Some(s.name.clone()),
             namespace: Some(namespace(&s.namespace, &key.regarding).to_owned()),
             labels: Some(labels),
             annotations: Some(annotations),
@@ -225,7 +225,7 @@ pub fn to_event(s: &Snapshot) -> Event {
         related: key.related.as_ref().map(object_reference),
         action: Some(action),
         reason: Some(reason),
-        note: Some(note(&s.note)),
+        note: Some(note(s.key.note())),
         type_: Some(event_type(key.type_).to_owned()),
         reporting_controller: Some(controller),
         reporting_instance: Some(instance),

@@ -1,0 +1,51 @@
+//! The command line shape (SPEC: Names): `run`, `crd`, `--help`, `--version`.
+
+use std::process::Command;
+
+fn cli(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_event-series"))
+        .args(args)
+        .output()
+        .expect("binary runs")
+}
+
+#[test]
+fn version_prints_the_crate_version() {
+    let out = cli(&["--version"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.trim(),
+        format!("event-series {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn help_lists_the_subcommands() {
+    let out = cli(&["--help"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for sub in ["run", "crd"] {
+        assert!(
+            text.lines().any(|l| l.trim_start().starts_with(sub)),
+            "{sub} missing from:\n{text}"
+        );
+    }
+    let run = cli(&["run", "--help"]);
+    let text = String::from_utf8_lossy(&run.stdout);
+    for flag in [
+        "--metrics-addr",
+        "--log-format",
+        "--heartbeat-interval",
+        "--finish-after",
+    ] {
+        assert!(text.contains(flag), "{flag} missing from run --help");
+    }
+}
+
+#[test]
+fn unknown_arguments_are_refused() {
+    let out = cli(&["frobnicate"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("frobnicate"));
+}

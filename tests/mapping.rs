@@ -1,0 +1,238 @@
+//! Odd raw events map to series objects that the events.k8s.io/v1 API accepts, and successive writes
+//! of one series never touch a field the API makes immutable. The rules are restated here from the
+//! apiserver's `ValidateEventCreate`/`ValidateEventUpdate`; the end-to-end tests check them against the
+//! real apiserver.
+
+mod support;
+
+use chrono::TimeDelta;
+use event_series::engine::{Engine, Intent};
+use event_series::key;
+use event_series::mapping::to_event;
+use k8s_openapi::api::core::v1::{Event, ObjectReference};
+use k8s_openapi::api::events::v1 as events;
+use support::*;
+
+fn is_dns_label_chars(l: &str) -> bool {
+    !l.is_empty()
+        && l.len() <= 63
+        && l.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !l.starts_with('-')
+        && !l.ends_with('-')
+}
+
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns_label_chars)
+}
+
+fn is_qualified_name(s: &str) -> bool {
+    let (prefix, name) = match s.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, s),
+    };
+    let ends_ok = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    !name.is_empty()
+        && name.len() <= 63
+        && ends_ok(name.chars().next())
+        && ends_ok(name.chars().last())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && prefix.is_none_or(is_dns_subdomain)
+}
+
+/// The events.k8s.io/v1 create rules.
+fn create_errors(e: &events::Event) -> Vec<String> {
+    let mut errs = Vec::new();
+    let mut check = |ok: bool, what: &str| {
+        if !ok {
+            errs.push(what.to_owned());
+        }
+    };
+    let s = |o: &Option<String>| o.clone().unwrap_or_default();
+    let name = s(&e.metadata.name);
+    let ns = s(&e.metadata.namespace);
+    check(is_dns_subdomain(&name) && !name.is_empty(), "metadata.name");
+    check(
+        is_dns_subdomain(&ns) && !ns.is_empty(),
+        "metadata.namespace",
+    );
+    check(e.event_time.is_some(), "eventTime required");
+    let series = e.series.as_ref();
+    check(series.is_some_and(|s| s.count >= 2), "series.count >= 2");
+    check(
+        matches!(e.type_.as_deref(), Some("Normal" | "Warning")),
+        "type",
+    );
+    let regarding_ns = e
+        .regarding
+        .as_ref()
+        .and_then(|r| r.namespace.clone())
+        .unwrap_or_default();
+    check(
+        !regarding_ns.is_empty() || ns == "default" || ns == "kube-system",
+        "namespace for cluster-scoped regarding",
+    );
+    let rc = s(&e.reporting_controller);
+    check(is_qualified_name(&rc), "reportingController");
+    let ri = s(&e.reporting_instance);
+    check(!ri.is_empty() && ri.len() <= 128, "reportingInstance");
+    let action = s(&e.action);
+    check(!action.is_empty() && action.len() <= 128, "action");
+    let reason = s(&e.reason);
+    check(!reason.is_empty() && reason.len() <= 128, "reason");
+    check(s(&e.note).len() <= 1024, "note");
+    check(
+        e.deprecated_count.is_none()
+            && e.deprecated_source.is_none()
+            && e.deprecated_first_timestamp.is_none()
+            && e.deprecated_last_timestamp.is_none(),
+        "deprecated fields unset",
+    );
+    errs
+}
+
+/// The fields `ValidateEventUpdate` makes immutable.
+fn immutable(e: &events::Event) -> impl PartialEq + std::fmt::Debug {
+    (
+        e.regarding.clone(),
+        e.related.clone(),
+        e.reason.clone(),
+        e.note.clone(),
+        e.type_.clone(),
+        e.event_time.clone(),
+        e.action.clone(),
+        e.reporting_controller.clone(),
+        e.reporting_instance.clone(),
+        e.metadata.name.clone(),
+        e.metadata.namespace.clone(),
+    )
+}
+
+fn odd_events() -> Vec<(&'static str, Event)> {
+    let now = t0();
+    let base = || {
+        legacy(
+            "team-a",
+            "raw",
+            pod("team-a", "web-0"),
+            "BackOff",
+            2,
+            now,
+            now,
+        )
+    };
+    let mut out = Vec::new();
+    let mut e = base();
+    e.source = None;
+    out.push(("missing source", e));
+    let mut e = base();
+    e.action = Some(String::new());
+    e.reason = None;
+    out.push(("empty action and reason", e));
+    let mut e = base();
+    e.message = Some("x".repeat(10 * 1024));
+    out.push(("10 KiB message", e));
+    let mut e = base();
+    e.message = Some("🚀 ünïcödé ".repeat(200));
+    e.reason = Some("Ünïcode".repeat(40));
+    out.push(("unicode, long reason", e));
+    let mut e = base();
+    e.involved_object = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some("node-1".into()),
+        uid: Some("node-uid".into()),
+        ..Default::default()
+    };
+    out.push(("cluster-scoped regarding in a namespace", e));
+    let mut e = base();
+    e.reporting_component = Some("My Controller (v2)!".into());
+    e.reporting_instance = Some("i".repeat(300));
+    out.push(("invalid reportingController, long instance", e));
+    let mut e = base();
+    e.type_ = Some("Error".into());
+    e.involved_object.name = Some("UPPER_case.Name-with..dots".repeat(12));
+    out.push(("custom type, odd name", e));
+    let mut e = base();
+    e.type_ = None;
+    e.involved_object = ObjectReference::default();
+    out.push(("no type, empty regarding", e));
+    out
+}
+
+#[test]
+fn every_odd_event_becomes_a_valid_series_object() {
+    for (what, ev) in odd_events() {
+        let mut engine = Engine::with_settings(fast_settings());
+        let obs = key::observe(&ev).unwrap_or_else(|e| panic!("{what}: {e}"));
+        engine.observe(t0(), &obs);
+        let intents: Vec<Intent> = engine.take_intents();
+        assert_eq!(intents.len(), 1, "{what}: one Create");
+        let obj = to_event(&intents[0].series);
+        assert_eq!(
+            create_errors(&obj),
+            Vec::<String>::new(),
+            "{what}: {obj:#?}"
+        );
+    }
+}
+
+#[test]
+fn writes_of_one_series_keep_immutable_fields() {
+    for (what, ev) in odd_events() {
+        let mut engine = Engine::with_settings(fast_settings());
+        let mut writes = Vec::new();
+        let mut now = t0();
+        let mut ev = ev;
+        for i in 0..200 {
+            ev.count = Some(2 + i);
+            ev.last_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff(
+                now,
+            )));
+            engine.observe(now, &key::observe(&ev).unwrap());
+            now += TimeDelta::seconds(1);
+            engine.tick(now);
+            writes.extend(engine.take_intents());
+        }
+        engine.tick(now + TimeDelta::minutes(5));
+        writes.extend(engine.take_intents());
+        assert!(writes.len() >= 3, "{what}: create, heartbeats, finish");
+        let objs: Vec<_> = writes.iter().map(|i| to_event(&i.series)).collect();
+        for o in &objs {
+            assert_eq!(create_errors(o), Vec::<String>::new(), "{what}");
+            assert_eq!(immutable(o), immutable(&objs[0]), "{what}");
+        }
+        let counts: Vec<i32> = objs
+            .iter()
+            .map(|o| o.series.as_ref().unwrap().count)
+            .collect();
+        assert!(
+            counts.windows(2).all(|w| w[0] <= w[1]),
+            "{what}: {counts:?}"
+        );
+        assert_eq!(*counts.last().unwrap(), 201, "{what}");
+    }
+}
+
+#[test]
+fn a_rebuilt_series_writes_the_same_object() {
+    for (what, ev) in odd_events() {
+        let mut engine = Engine::with_settings(fast_settings());
+        engine.observe(t0(), &key::observe(&ev).unwrap());
+        let created = to_event(&engine.take_intents()[0].series);
+        let persisted = event_series::recovery::parse(&created).unwrap();
+        let mut rebuilt = Engine::with_settings(fast_settings());
+        rebuilt.begin_recovery();
+        rebuilt.restore(t0(), persisted);
+        rebuilt.end_recovery(t0());
+        let again = to_event(&rebuilt.active(t0())[0]);
+        assert_eq!(
+            immutable(&again),
+            immutable(&created),
+            "{what}: mapping is idempotent"
+        );
+        assert_eq!(again.metadata.labels, created.metadata.labels, "{what}");
+    }
+}
