@@ -6,9 +6,22 @@ set shell := ["bash", "-euo", "pipefail", "-c"]
 default:
     @just --list
 
-# The whole suite: format, lints, unit, property and end-to-end tests.
+# Everything: fmt, clippy, unit, property and end-to-end tests (real kube-apiserver in target/envtest-e2e).
 test: lint
-    cargo test --all-targets
+    #!/usr/bin/env bash
+    set -euo pipefail
+    export ENVTEST_DIR="$PWD/target/envtest-e2e"
+    trap 'bash hack/cluster-down.sh' EXIT
+    bash hack/cluster-up.sh
+    EVENT_SERIES_E2E_KUBECONFIG="$ENVTEST_DIR/kubeconfig" cargo test --all-targets
+
+# A local real kube-apiserver + etcd (kubeconfig target/envtest/kubeconfig, kubectl target/envtest/bin/kubectl).
+cluster-up:
+    bash hack/cluster-up.sh
+
+# Stop what cluster-up started.
+cluster-down:
+    bash hack/cluster-down.sh
 
 # Format check and clippy with warnings as errors.
 lint:

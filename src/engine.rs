@@ -6,19 +6,21 @@
 //! # States of a key
 //!
 //! ```text
-//!             1st occurrence             2nd within seriesWindow
-//!  (absent) ─────────────────▶ Candidate ─────────────────────────▶ Series (Ongoing) ──┐
-//!     ▲                           │  no 2nd within seriesWindow       │ ▲  occurrences: │
-//!     │                           ▼  (a lone occurrence)              │ └── no write ───┘
-//!     └────────────────────────── dropped                             │ heartbeatInterval: Heartbeat
-//!     ▲                                                               │ finishAfter quiet, a gap
-//!     └───────────────────────────────────────────────────────────────┘ > seriesWindow, or eviction:
-//!                                                                       Finish (state Finished)
+//!            1st occurrence              2nd within seriesWindow
+//!  (absent) ───────────────▶ Candidate ──────────────────────────▶ Series (Ongoing) ◀─┐ occurrences:
+//!     ▲                       │      ▲                                │ │  │          └ no write
+//!     │     seriesWindow      │      │ next occurrence                │ │  └ heartbeatInterval:
+//!     │     passes (lone)     ▼      │                                │ │    Heartbeat
+//!     └──── retention ───── Dormant ─┘                                │ └ a gap > seriesWindow: Finish,
+//!           passes                                                    │   the occurrence is a Candidate
+//!     ▲                                                               │ finishAfter quiet, or evicted
+//!     └───────────────────────────────────────────────────────────────┘ by maxActiveSeries: Finish
 //! ```
 //!
 //! Intents: `Create` when a series starts, `Heartbeat` every `heartbeatInterval` (the first one spread by
 //! a per-key offset of up to a quarter interval, so series created together do not heartbeat together),
-//! `Finish` once at the end. Occurrences between writes cost nothing but a counter increment.
+//! `Finish` once at the end (state Finished). Occurrences between writes cost no intent at all. A
+//! Dormant key holds no count, only which raw objects were already counted (see Restart).
 //!
 //! # Counting
 //!
@@ -26,25 +28,29 @@
 //! it last absorbed from each raw object and adds only the difference; an equal or lower count adds
 //! nothing. A raw object first seen with count N adds N, but only recent occurrences (last within
 //! `seriesWindow` of now) may start a series: an old one is remembered as a baseline, not counted.
+//! N occurrences that provably had a gap longer than `seriesWindow` between each other (spread over more
+//! than N−1 windows) count as lone occurrences, not as a series.
 //!
 //! # Restart
 //!
 //! Every write carries a *watermark*: the highest resourceVersion up to which the engine had processed
-//! every raw event (see [`Engine::checkpoint`]), and the counts it absorbed from the series' most
-//! recently updated raw objects (at most [`MAX_SOURCES`]). After a restart, a raw object listed with a
-//! resourceVersion at or below the highest watermark among its key's series objects (Ongoing and
-//! Finished) is reflected in full in their counts; one above it is reflected up to the highest count any
-//! of them recorded for it (zero if none did), and only the rest is added. That makes a rebuilt engine
-//! reach the counts of one that never stopped (see `tests/restart.rs`). The one inexact case: a raw
-//! object that fed a series after more than [`MAX_SOURCES`] others did, was updated after the series'
-//! last write, and then the operator restarted; it may be counted twice.
+//! every raw event (see [`Engine::checkpoint`]), and the counts (and latest times) it absorbed from the
+//! series' most recently updated raw objects (at most [`MAX_SOURCES`]), including raw objects whose
+//! earlier occurrences were lone. After a restart, a raw object listed with a resourceVersion at or
+//! below the highest watermark among its key's series objects (Ongoing and Finished) is reflected in
+//! full in their counts; one above it is reflected up to the highest count any of them recorded for it
+//! (zero if none did), and only the rest is added. That makes a rebuilt engine reach the counts of one
+//! that never stopped (property-tested in `tests/restart.rs`), provided every intent it made was
+//! written. Inexact cases: a raw object that fed a series after more than [`MAX_SOURCES`] others did and
+//! was updated after the series' last write; a key dormant longer than `dormant_retention`; a Finish
+//! that was never written (the next burst then joins the series it ended).
 //!
 //! # Bounds
 //!
 //! Per governing policy: at most `maxActiveSeries` series (a new series beyond it finishes the least
-//! recently active one early: it is written Finished with its count, nothing is lost) and
-//! `Settings::max_candidates` candidates (the least recently seen candidate is dropped, its lone
-//! occurrence counted in `Stats::lone`). The raw-count table holds at most
+//! recently active one early: it is written Finished with its count, nothing is lost), and
+//! `Settings::max_candidates` candidates and as many dormant keys (the least recently seen is
+//! dropped; a dropped candidate's occurrences count in `Stats::lone`). The raw-count table holds at most
 //! [`EngineConfig::raw_capacity`] objects (least recently updated evicted; an evicted object seen again
 //! counts as new). Every eviction is counted in [`Stats`].
 

@@ -1,0 +1,110 @@
+//! The shared end-to-end fixture: one real kube-apiserver (with etcd) per test run, each test in a
+//! namespace of its own.
+//!
+//! The cluster is the one `EVENT_SERIES_E2E_KUBECONFIG` points to, or else one started through the
+//! harness (`hack/cluster-up.sh`) in `target/envtest-e2e`. `KUBECONFIG` is deliberately not used: it
+//! may point at a real cluster.
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Path of the admin kubeconfig of the test cluster, starting it on first use.
+pub fn kubeconfig() -> &'static Path {
+    static KUBECONFIG: OnceLock<PathBuf> = OnceLock::new();
+    KUBECONFIG.get_or_init(|| {
+        if let Ok(path) = std::env::var("EVENT_SERIES_E2E_KUBECONFIG") {
+            return PathBuf::from(path);
+        }
+        let dir = repo_root().join("target/envtest-e2e");
+        let status = Command::new("bash")
+            .arg(repo_root().join("hack/cluster-up.sh"))
+            .env("ENVTEST_DIR", &dir)
+            .status()
+            .expect("hack/cluster-up.sh runs");
+        assert!(status.success(), "hack/cluster-up.sh failed: {status}");
+        dir.join("kubeconfig")
+    })
+}
+
+/// A kube-rs client for the test cluster's admin.
+pub async fn client() -> Result<Client> {
+    let kubeconfig = Kubeconfig::read_from(kubeconfig())?;
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    Ok(Client::try_from(config)?)
+}
+
+/// A namespace of the test's own, named after it; its events are deleted when the test ends.
+pub struct TestNamespace {
+    pub name: String,
+    client: Client,
+}
+
+impl TestNamespace {
+    pub async fn new(client: &Client, test: &str) -> Result<TestNamespace> {
+        static SEQ: AtomicUsize = AtomicUsize::new(0);
+        let name = format!(
+            "e2e-{}-{}-{}",
+            test.replace('_', "-").chars().take(40).collect::<String>(),
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .with_context(|| format!("creating namespace {name}"))?;
+        Ok(TestNamespace {
+            name,
+            client: client.clone(),
+        })
+    }
+
+    /// Deletes what the test left. The harness runs no namespace controller, so the namespace's
+    /// events are deleted explicitly before the namespace itself.
+    pub async fn cleanup(self) -> Result<()> {
+        use k8s_openapi::api::core::v1::Event;
+        let events: Api<Event> = Api::namespaced(self.client.clone(), &self.name);
+        events
+            .delete_collection(&DeleteParams::default(), &Default::default())
+            .await?;
+        Api::<Namespace>::all(self.client.clone())
+            .delete(&self.name, &DeleteParams::default())
+            .await?;
+        Ok(())
+    }
+}
+
+/// Runs `kubectl` of the harness against the test cluster and returns its stdout.
+pub fn kubectl(args: &[&str]) -> Result<String> {
+    let bin = repo_root().join("target/envtest/bin/kubectl");
+    let out = Command::new(&bin)
+        .arg("--kubeconfig")
+        .arg(kubeconfig())
+        .args(args)
+        .output()
+        .with_context(|| format!("running {}", bin.display()))?;
+    if !out.status.success() {
+        bail!(
+            "kubectl {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8(out.stdout)?)
+}
