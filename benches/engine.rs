@@ -1,55 +1,16 @@
 //! Engine throughput: occurrences per second into existing series and into new keys.
 //! `just bench`; figures in docs/BENCHMARKS.md.
 
-use chrono::{DateTime, TimeDelta, Utc};
+mod common;
+
+use chrono::TimeDelta;
+use common::{kubelet_backoff, t0};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use event_series::engine::Engine;
 use event_series::key::{self, Observation};
 use event_series::settings::Settings;
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::api::core::v1::Event;
 use std::hint::black_box;
-
-fn t0() -> DateTime<Utc> {
-    DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default()
-}
-
-/// A kubelet-style BackOff event for pod `i`.
-fn event(i: usize, at: DateTime<Utc>) -> Event {
-    let ts = Timestamp::new(at.timestamp(), 0).unwrap_or(Timestamp::UNIX_EPOCH);
-    Event {
-        metadata: ObjectMeta {
-            name: Some(format!("web-{i}.1800000000{i:08}")),
-            namespace: Some("prod".into()),
-            uid: Some(format!("00000000-0000-0000-0000-{i:012}")),
-            resource_version: Some((1000 + i).to_string()),
-            ..Default::default()
-        },
-        involved_object: ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            namespace: Some("prod".into()),
-            name: Some(format!("web-{i}")),
-            uid: Some(format!("11111111-0000-0000-0000-{i:012}")),
-            field_path: Some("spec.containers{app}".into()),
-            resource_version: None,
-        },
-        reason: Some("BackOff".into()),
-        message: Some(format!(
-            "Back-off restarting failed container app in pod web-{i}"
-        )),
-        type_: Some("Warning".into()),
-        source: Some(EventSource {
-            component: Some("kubelet".into()),
-            host: Some("node-1".into()),
-        }),
-        count: Some(1),
-        first_timestamp: Some(Time(ts)),
-        last_timestamp: Some(Time(ts)),
-        ..Default::default()
-    }
-}
 
 fn settings() -> Settings {
     Settings {
@@ -61,7 +22,7 @@ fn settings() -> Settings {
 fn existing_series(c: &mut Criterion) {
     const KEYS: usize = 1_000;
     let now = t0();
-    let events: Vec<Event> = (0..KEYS).map(|i| event(i, now)).collect();
+    let events: Vec<Event> = (0..KEYS).map(|i| kubelet_backoff(i, 1, now)).collect();
     let mut observations: Vec<Observation> =
         events.iter().filter_map(|e| key::observe(e).ok()).collect();
     let mut engine = Engine::with_settings(settings());
@@ -87,7 +48,7 @@ fn existing_series(c: &mut Criterion) {
 fn new_keys(c: &mut Criterion) {
     const KEYS: usize = 10_000;
     let now = t0();
-    let events: Vec<Event> = (0..KEYS).map(|i| event(i, now)).collect();
+    let events: Vec<Event> = (0..KEYS).map(|i| kubelet_backoff(i, 1, now)).collect();
     let mut observations: Vec<Observation> =
         events.iter().filter_map(|e| key::observe(e).ok()).collect();
     for o in &mut observations {
@@ -107,6 +68,9 @@ fn new_keys(c: &mut Criterion) {
             BatchSize::LargeInput,
         )
     });
+    group.finish();
+    let mut group = c.benchmark_group("engine");
+    group.throughput(Throughput::Elements(1));
     group.bench_function("normalise a raw event (key::observe + key id)", |b| {
         let ev = &events[0];
         b.iter(|| {
@@ -120,7 +84,7 @@ fn new_keys(c: &mut Criterion) {
 fn ticks(c: &mut Criterion) {
     const KEYS: usize = 10_000;
     let now = t0();
-    let events: Vec<Event> = (0..KEYS).map(|i| event(i, now)).collect();
+    let events: Vec<Event> = (0..KEYS).map(|i| kubelet_backoff(i, 1, now)).collect();
     let mut engine = Engine::with_settings(settings());
     for e in &events {
         if let Ok(mut o) = key::observe(e) {

@@ -1,13 +1,13 @@
 //! Bytes of heap per active series, measured with a counting allocator: total heap growth while
 //! 100,000 series are created, minus the string bytes those series carry (key fields and note). Prints one line per figure; `just bench` runs it.
 
-use chrono::DateTime;
+mod common;
+
+use common::{kubelet_backoff, t0};
 use event_series::engine::Engine;
 use event_series::key;
 use event_series::settings::Settings;
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::api::core::v1::Event;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
@@ -36,44 +36,10 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-fn event(i: usize) -> Event {
-    let ts = Timestamp::new(1_800_000_000, 0).unwrap_or(Timestamp::UNIX_EPOCH);
-    Event {
-        metadata: ObjectMeta {
-            name: Some(format!("web-{i}.18000000000")),
-            namespace: Some("prod".into()),
-            uid: Some(format!("00000000-0000-0000-0000-{i:012}")),
-            ..Default::default()
-        },
-        involved_object: ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            namespace: Some("prod".into()),
-            name: Some(format!("web-{i}")),
-            uid: Some(format!("11111111-0000-0000-0000-{i:012}")),
-            field_path: Some("spec.containers{app}".into()),
-            resource_version: None,
-        },
-        reason: Some("BackOff".into()),
-        message: Some(format!(
-            "Back-off restarting failed container app in pod web-{i}"
-        )),
-        type_: Some("Warning".into()),
-        source: Some(EventSource {
-            component: Some("kubelet".into()),
-            host: Some("node-1".into()),
-        }),
-        count: Some(2),
-        first_timestamp: Some(Time(ts)),
-        last_timestamp: Some(Time(ts)),
-        ..Default::default()
-    }
-}
-
 fn main() {
-    let now = DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default();
+    let now = t0();
     for n in [10_000usize, 100_000] {
-        let events: Vec<Event> = (0..n).map(event).collect();
+        let events: Vec<Event> = (0..n).map(|i| kubelet_backoff(i, 2, now)).collect();
         let mut engine = Engine::with_settings(Settings {
             max_active_series: 1_000_000,
             ..Default::default()

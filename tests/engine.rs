@@ -14,6 +14,20 @@ fn secs(n: i64) -> TimeDelta {
     TimeDelta::seconds(n)
 }
 
+/// Feeds raw event `r<i>` about pod `p<i>` with `count` occurrences, all at `now`.
+fn feed_pod(engine: &mut Engine, i: usize, count: i32, now: chrono::DateTime<chrono::Utc>) {
+    let ev = legacy(
+        "a",
+        &format!("r{i}"),
+        pod("a", &format!("p{i}")),
+        "BackOff",
+        count,
+        now,
+        now,
+    );
+    engine.observe(now, &key::observe(&ev).unwrap());
+}
+
 #[test]
 fn second_occurrence_creates_the_series_and_later_ones_cost_nothing() {
     let mut sim = Sim::new(fast_settings());
@@ -115,16 +129,7 @@ fn heartbeats_of_series_created_together_are_spread() {
     });
     let now = t0();
     for i in 0..100 {
-        let ev = legacy(
-            "a",
-            &format!("r{i}"),
-            pod("a", &format!("p{i}")),
-            "BackOff",
-            2,
-            now,
-            now,
-        );
-        engine.observe(now, &key::observe(&ev).unwrap());
+        feed_pod(&mut engine, i, 2, now);
     }
     assert_eq!(engine.take_intents().len(), 100);
     let mut at = Vec::new();
@@ -315,16 +320,7 @@ fn candidates_and_raw_counts_are_bounded_and_evictions_counted() {
     );
     let now = t0();
     for i in 0..2000 {
-        let ev = legacy(
-            "a",
-            &format!("r{i}"),
-            pod("a", &format!("p{i}")),
-            "BackOff",
-            1,
-            now,
-            now,
-        );
-        engine.observe(now, &key::observe(&ev).unwrap());
+        feed_pod(&mut engine, i, 1, now);
     }
     assert_eq!(engine.candidates(), 1024);
     assert_eq!(engine.stats().candidates_evicted, 2000 - 1024);

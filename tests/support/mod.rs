@@ -35,6 +35,21 @@ pub fn pod(ns: &str, name: &str) -> ObjectReference {
     }
 }
 
+fn raw_event(ns: &str, name: &str, regarding: ObjectReference, reason: &str) -> Event {
+    Event {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            uid: Some(format!("raw-{ns}-{name}")),
+            ..Default::default()
+        },
+        involved_object: regarding,
+        reason: Some(reason.into()),
+        message: Some(format!("{reason} happened")),
+        ..Default::default()
+    }
+}
+
 /// A legacy (tools/record style) event with `count` occurrences between `first` and `last`.
 pub fn legacy(
     ns: &str,
@@ -46,15 +61,6 @@ pub fn legacy(
     last: DateTime<Utc>,
 ) -> Event {
     Event {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(ns.into()),
-            uid: Some(format!("raw-{ns}-{name}")),
-            ..Default::default()
-        },
-        involved_object: regarding,
-        reason: Some(reason.into()),
-        message: Some(format!("{reason} happened")),
         type_: Some("Warning".into()),
         source: Some(EventSource {
             component: Some("kubelet".into()),
@@ -63,7 +69,7 @@ pub fn legacy(
         count: Some(count),
         first_timestamp: Some(Time(jiff(first))),
         last_timestamp: Some(Time(jiff(last))),
-        ..Default::default()
+        ..raw_event(ns, name, regarding, reason)
     }
 }
 
@@ -78,16 +84,7 @@ pub fn new_style(
     last: DateTime<Utc>,
 ) -> Event {
     Event {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(ns.into()),
-            uid: Some(format!("raw-{ns}-{name}")),
-            ..Default::default()
-        },
-        involved_object: regarding,
-        reason: Some(reason.into()),
         action: Some("Restart".into()),
-        message: Some(format!("{reason} happened")),
         type_: Some("Normal".into()),
         reporting_component: Some("example.com/controller".into()),
         reporting_instance: Some("controller-0".into()),
@@ -96,7 +93,7 @@ pub fn new_style(
             count: Some(count),
             last_observed_time: Some(MicroTime(jiff(last))),
         }),
-        ..Default::default()
+        ..raw_event(ns, name, regarding, reason)
     }
 }
 
