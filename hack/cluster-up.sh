@@ -1,0 +1,241 @@
+#!/usr/bin/env bash
+# Starts a local, real Kubernetes control plane for tests: etcd (embedded server)
+# and kube-apiserver built from the Kubernetes Go modules in tests/envtest.
+#
+# Environment:
+#   ENVTEST_DIR           per-cluster state dir (default target/envtest, relative to
+#                         the repository root): certs, etcd data, logs, pids,
+#                         kubeconfig, cluster.env. Several clusters may run at once
+#                         in different dirs. Binaries are shared in target/envtest/bin.
+#   EVENT_TTL             --event-ttl of the apiserver (default 1h)
+#   APISERVER_EXTRA_ARGS  appended to the kube-apiserver command line (word-split)
+#   ETCD_EXTRA_ARGS       appended to the etcd command line (word-split)
+#   CLUSTER_UP_TIMEOUT    seconds to wait for /readyz (default 120)
+#
+# Result: $ENVTEST_DIR/kubeconfig (admin, group system:masters), logs in
+# $ENVTEST_DIR/{etcd,apiserver}.log, pids in $ENVTEST_DIR/{etcd,apiserver}.pid,
+# ports and URLs in $ENVTEST_DIR/cluster.env. Returns once /readyz is ok.
+# A no-op when a healthy cluster already runs in $ENVTEST_DIR.
+# Stop it with hack/cluster-down.sh (same ENVTEST_DIR).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source-path=SCRIPTDIR source=envtest-lib.sh
+. "$ROOT/hack/envtest-lib.sh"
+
+TIMEOUT="${CLUSTER_UP_TIMEOUT:-120}"
+
+"$ROOT/hack/build-envtest.sh" kube-apiserver etcd kubectl
+
+mkdir -p "$DIR"
+envtest_lock
+
+# Already running? Give a running apiserver a few seconds to report ready.
+if envtest_alive etcd && envtest_alive apiserver && [ -s "$DIR/kubeconfig" ]; then
+  for _ in $(seq 20); do
+    if envtest_ready; then
+      echo "cluster-up: already running in $DIR (kubeconfig: $DIR/kubeconfig)"
+      exit 0
+    fi
+    sleep 0.5
+  done
+  echo "cluster-up: a cluster runs in $DIR but is not ready; restarting it" >&2
+fi
+envtest_stop_all
+
+# --- certificates (kept across restarts of the same dir; they do not depend on ports) ---
+CERTS="$DIR/certs"
+gen_certs() {
+  local tmp="$CERTS.tmp"
+  rm -rf "$tmp"
+  mkdir -p "$tmp"
+  (
+    cd "$tmp"
+    key() { openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$1" 2>/dev/null; }
+    key ca.key
+    openssl req -x509 -new -key ca.key -sha256 -days 3650 -subj "/CN=envtest-ca" \
+      -addext "basicConstraints=critical,CA:TRUE" \
+      -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
+      -out ca.crt 2>/dev/null
+    # sign NAME SUBJECT EXTFILE-CONTENT
+    sign() {
+      key "$1.key"
+      openssl req -new -key "$1.key" -subj "$2" -out "$1.csr" 2>/dev/null
+      printf '%s\n' "$3" >"$1.ext"
+      openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -sha256 -days 3650 \
+        -extfile "$1.ext" -out "$1.crt" 2>/dev/null
+      rm -f "$1.csr" "$1.ext"
+    }
+    sign apiserver "/CN=kube-apiserver" "basicConstraints=critical,CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth
+subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+    sign admin "/O=system:masters/CN=envtest-admin" "basicConstraints=critical,CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth"
+    # ServiceAccount token signing key pair.
+    key sa.key
+    openssl pkey -in sa.key -pubout -out sa.pub 2>/dev/null
+    rm -f ca.srl
+  )
+  mv "$tmp" "$CERTS"
+}
+if ! [ -s "$CERTS/ca.crt" ] || ! [ -s "$CERTS/sa.pub" ] || ! [ -s "$CERTS/admin.crt" ] || ! [ -s "$CERTS/apiserver.crt" ]; then
+  rm -rf "$CERTS"
+  gen_certs
+fi
+
+# --- ports ---
+# Prints N distinct free TCP ports on 127.0.0.1 (all held at once while choosing).
+free_ports() {
+  if command -v python3 >/dev/null 2>&1; then
+    python3 - "$1" <<'PY'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+PY
+  else
+    local out=() p
+    while [ ${#out[@]} -lt "$1" ]; do
+      p=$((20000 + RANDOM % 30000))
+      if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && [[ " ${out[*]} " != *" $p "* ]]; then
+        out+=("$p")
+      fi
+    done
+    echo "${out[*]}"
+  fi
+}
+
+fail() {
+  echo "cluster-up: $1" >&2
+  if [ -n "${2:-}" ] && [ -f "$2" ]; then
+    echo "---- last lines of $2 ----" >&2
+    tail -n 40 "$2" >&2
+    echo "----" >&2
+  fi
+  envtest_stop_all
+  exit 1
+}
+
+# A port picked here can be taken by someone else before the server binds it:
+# retry the whole start with new ports when a server dies right away.
+for attempt in 1 2 3; do
+  read -r ETCD_PORT ETCD_PEER_PORT API_PORT <<<"$(free_ports 3)"
+  rm -rf "$DIR/etcd-data"
+
+  # setsid + nohup: the servers outlive this script and its process group.
+  # 9>&- : do not leak the dir lock to the servers.
+  # shellcheck disable=SC2086
+  setsid nohup "$BIN/etcd" \
+    --data-dir="$DIR/etcd-data" \
+    --listen-client-url="http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-url="http://127.0.0.1:$ETCD_PEER_PORT" \
+    --unsafe-no-fsync \
+    ${ETCD_EXTRA_ARGS:-} \
+    </dev/null >"$DIR/etcd.log" 2>&1 9>&- &
+  echo $! >"$DIR/etcd.pid"
+
+  etcd_ok=0
+  for _ in $(seq 100); do
+    if curl -fsS --max-time 2 "http://127.0.0.1:$ETCD_PORT/health" 2>/dev/null | grep -q '"health":"true"'; then
+      etcd_ok=1
+      break
+    fi
+    envtest_alive etcd || break
+    sleep 0.2
+  done
+  if [ "$etcd_ok" != 1 ]; then
+    if ! envtest_alive etcd && grep -q "address already in use" "$DIR/etcd.log" && [ "$attempt" -lt 3 ]; then
+      continue
+    fi
+    fail "etcd did not become healthy (log: $DIR/etcd.log)" "$DIR/etcd.log"
+  fi
+
+  # The apiserver runs without controller-manager, scheduler or kubelet:
+  # - ServiceAccount admission is off (it would wait for the token controller and
+  #   the "default" ServiceAccount of each namespace, which nothing creates);
+  #   TokenRequest (kubectl create token) is served by the apiserver itself.
+  # - the endpoint reconciler of the "kubernetes" Service refuses a loopback
+  #   address, and nothing in-cluster needs it: off.
+  # - system:masters (the admin client cert) is always authorized; everyone else
+  #   goes through RBAC.
+  # shellcheck disable=SC2086
+  setsid nohup "$BIN/kube-apiserver" \
+    --advertise-address=127.0.0.1 \
+    --endpoint-reconciler-type=none \
+    --bind-address=127.0.0.1 \
+    --secure-port="$API_PORT" \
+    --cert-dir="$CERTS" \
+    --tls-cert-file="$CERTS/apiserver.crt" \
+    --tls-private-key-file="$CERTS/apiserver.key" \
+    --client-ca-file="$CERTS/ca.crt" \
+    --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+    --authorization-mode=RBAC \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file="$CERTS/sa.pub" \
+    --service-account-signing-key-file="$CERTS/sa.key" \
+    --api-audiences=https://kubernetes.default.svc.cluster.local \
+    --service-cluster-ip-range=10.0.0.0/24 \
+    --disable-admission-plugins=ServiceAccount \
+    --allow-privileged=true \
+    --event-ttl="${EVENT_TTL:-1h}" \
+    ${APISERVER_EXTRA_ARGS:-} \
+    </dev/null >"$DIR/apiserver.log" 2>&1 9>&- &
+  echo $! >"$DIR/apiserver.pid"
+
+  # The kubeconfig embeds the certificates, so it can be copied anywhere.
+  b64() { base64 -w0 <"$1"; }
+  cat >"$DIR/kubeconfig.tmp" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: envtest
+  cluster:
+    server: https://127.0.0.1:$API_PORT
+    certificate-authority-data: $(b64 "$CERTS/ca.crt")
+users:
+- name: envtest-admin
+  user:
+    client-certificate-data: $(b64 "$CERTS/admin.crt")
+    client-key-data: $(b64 "$CERTS/admin.key")
+contexts:
+- name: envtest
+  context:
+    cluster: envtest
+    user: envtest-admin
+current-context: envtest
+EOF
+  mv "$DIR/kubeconfig.tmp" "$DIR/kubeconfig"
+  cat >"$DIR/cluster.env" <<EOF
+KUBECONFIG=$DIR/kubeconfig
+APISERVER_URL=https://127.0.0.1:$API_PORT
+APISERVER_PORT=$API_PORT
+ETCD_URL=http://127.0.0.1:$ETCD_PORT
+ETCD_PORT=$ETCD_PORT
+ETCD_PEER_PORT=$ETCD_PEER_PORT
+EOF
+
+  deadline=$((SECONDS + TIMEOUT))
+  while ! envtest_ready; do
+    if ! envtest_alive apiserver; then
+      if grep -q "address already in use" "$DIR/apiserver.log" && [ "$attempt" -lt 3 ]; then
+        envtest_stop_all
+        continue 2
+      fi
+      fail "kube-apiserver exited (log: $DIR/apiserver.log)" "$DIR/apiserver.log"
+    fi
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      curl -sS --max-time 5 --cacert "$CERTS/ca.crt" --cert "$CERTS/admin.crt" --key "$CERTS/admin.key" \
+        "https://127.0.0.1:$API_PORT/readyz?verbose" 2>&1 | grep -v '\[+\]' >&2 || true
+      fail "kube-apiserver not ready after ${TIMEOUT}s (log: $DIR/apiserver.log)" "$DIR/apiserver.log"
+    fi
+    sleep 0.25
+  done
+  echo "cluster-up: ready at https://127.0.0.1:$API_PORT; kubeconfig: $DIR/kubeconfig; kubectl: $BIN/kubectl"
+  exit 0
+done
+fail "could not start after 3 attempts"
