@@ -5,7 +5,8 @@
 //! - label `eventseries.dev/state`: Ongoing or Finished;
 //! - annotation `eventseries.dev/watermark`: resourceVersion up to which every raw event was absorbed;
 //! - annotation `eventseries.dev/sources`: `<raw id>=<count>` for at most
-//!   [`MAX_SOURCES`](crate::engine::MAX_SOURCES) raw objects (16 + 1 + ≤ 10 digits each, ≤ 450 bytes);
+//!   [`MAX_SOURCES`](crate::engine::MAX_SOURCES) raw objects, each `<16 hex>=<count>@<unix µs>`
+//!   (about 45 bytes, so at most about 750 bytes);
 //! - `eventTime`, `series.count`, `series.lastObservedTime`, and the key fields themselves.
 
 use crate::engine::{PersistedSeries, SeriesState, Source};

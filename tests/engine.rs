@@ -440,3 +440,61 @@ fn deleted_raw_objects_are_forgotten() {
         "a re-created object counts anew"
     );
 }
+
+#[test]
+fn lowering_max_active_series_finishes_the_excess_with_their_counts() {
+    let mut engine = Engine::with_settings(fast_settings());
+    let now = t0();
+    for i in 0..5 {
+        feed_pod(&mut engine, i, 3, now + secs(i as i64));
+    }
+    engine.take_intents();
+    engine.set_policies(
+        now + secs(5),
+        PolicySet::uniform(Settings {
+            max_active_series: 2,
+            ..fast_settings()
+        }),
+    );
+    let finished = engine.take_intents();
+    assert_eq!(finished.len(), 3);
+    assert!(
+        finished
+            .iter()
+            .all(|i| i.kind == WriteKind::Finish(FinishCause::Evicted) && i.series.count == 3)
+    );
+    let names: Vec<_> = finished
+        .iter()
+        .map(|i| i.series.key.view().regarding.name.to_owned())
+        .collect();
+    assert_eq!(
+        names,
+        ["p0", "p1", "p2"],
+        "the least recently active go first"
+    );
+    assert_eq!(engine.active_series(), 2);
+}
+
+#[test]
+fn include_note_change_applies_to_keys_seen_after_it() {
+    let mut engine = Engine::with_settings(fast_settings());
+    let now = t0();
+    let mut ev = legacy("a", "r1", pod("a", "rs"), "SuccessfulCreate", 2, now, now);
+    engine.observe(now, &key::observe(&ev).unwrap());
+    engine.set_policies(
+        now,
+        PolicySet::uniform(Settings {
+            include_note: true,
+            ..fast_settings()
+        }),
+    );
+    assert_eq!(engine.active_series(), 1, "the running series keeps going");
+    ev.metadata.uid = Some("r2".into());
+    ev.message = Some("Created pod: other".into());
+    engine.observe(now, &key::observe(&ev).unwrap());
+    assert_eq!(
+        engine.active_series(),
+        2,
+        "a different note is a different key now"
+    );
+}

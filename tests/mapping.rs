@@ -236,3 +236,34 @@ fn a_rebuilt_series_writes_the_same_object() {
         assert_eq!(again.metadata.labels, created.metadata.labels, "{what}");
     }
 }
+
+#[test]
+fn bookkeeping_on_the_object_stays_under_one_kib() {
+    // One series fed by many raw objects (a controller with varying messages).
+    let mut engine = Engine::with_settings(fast_settings());
+    let now = t0();
+    for i in 0..100 {
+        let mut ev = legacy(
+            "a",
+            &format!("raw-{i}"),
+            pod("a", "rs"),
+            "SuccessfulCreate",
+            1,
+            now,
+            now,
+        );
+        ev.count = Some(i32::MAX - i);
+        engine.observe(now, &key::observe(&ev).unwrap());
+    }
+    let snap = &engine.active(now)[0];
+    assert_eq!(snap.sources.len(), event_series::engine::MAX_SOURCES);
+    let obj = to_event(snap);
+    let bytes: usize = obj
+        .metadata
+        .annotations
+        .iter()
+        .flatten()
+        .map(|(k, v)| k.len() + v.len())
+        .sum();
+    assert!(bytes < 1024, "annotations take {bytes} bytes");
+}
