@@ -9,3 +9,4 @@ pub mod key;
 pub mod mapping;
 pub mod recovery;
 pub mod settings;
+pub mod watch;

@@ -4,3 +4,5 @@
 mod fixture;
 #[path = "e2e/harness.rs"]
 mod harness;
+#[path = "e2e/watch.rs"]
+mod watch;

@@ -1,0 +1,97 @@
+//! The raw-event watch on the real apiserver: list, then watch, own objects excluded.
+
+use crate::fixture::{TestNamespace, client};
+use event_series::watch::{Step, raw_events};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Event, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, PostParams};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+fn raw(ns: &str, name: &str, managed: bool) -> Event {
+    Event {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            labels: managed.then(|| {
+                BTreeMap::from([(
+                    "app.kubernetes.io/managed-by".to_string(),
+                    "event-series".to_string(),
+                )])
+            }),
+            ..Default::default()
+        },
+        involved_object: ObjectReference {
+            kind: Some("Pod".into()),
+            namespace: Some(ns.into()),
+            name: Some("p".into()),
+            ..Default::default()
+        },
+        reason: Some("BackOff".into()),
+        count: Some(1),
+        ..Default::default()
+    }
+}
+
+fn in_ns<'a>(step: &'a Step, ns: &str) -> Option<&'a Event> {
+    match step {
+        Step::Listed(e) | Step::Applied(e) | Step::Deleted(e)
+            if e.metadata.namespace.as_deref() == Some(ns) =>
+        {
+            Some(e)
+        }
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn lists_then_watches_and_leaves_out_own_objects() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::new(&client, "watch").await?;
+    let api: Api<Event> = Api::namespaced(client.clone(), &ns.name);
+    for name in ["before-1", "before-2"] {
+        api.create(&PostParams::default(), &raw(&ns.name, name, false))
+            .await?;
+    }
+    api.create(&PostParams::default(), &raw(&ns.name, "ours-1", true))
+        .await?;
+
+    let mut steps = Box::pin(raw_events(Api::all(client.clone())));
+    let mut listed = Vec::new();
+    loop {
+        let step = tokio::time::timeout(Duration::from_secs(30), steps.next())
+            .await?
+            .expect("the watch stream does not end");
+        if let Some(e) = in_ns(&step, &ns.name) {
+            listed.push(e.metadata.name.clone().unwrap_or_default());
+        }
+        if let Step::ListDone { resource_version } = &step {
+            assert!(
+                resource_version.parse::<u64>().is_ok(),
+                "{resource_version}"
+            );
+            break;
+        }
+    }
+    listed.sort();
+    assert_eq!(listed, ["before-1", "before-2"]);
+
+    api.create(&PostParams::default(), &raw(&ns.name, "ours-2", true))
+        .await?;
+    api.create(&PostParams::default(), &raw(&ns.name, "after-1", false))
+        .await?;
+    let applied = loop {
+        let step = tokio::time::timeout(Duration::from_secs(30), steps.next())
+            .await?
+            .expect("the watch stream does not end");
+        if let (Step::Applied(_), Some(e)) = (&step, in_ns(&step, &ns.name)) {
+            break e.metadata.name.clone().unwrap_or_default();
+        }
+    };
+    assert_eq!(
+        applied, "after-1",
+        "the operator's own objects never reach it"
+    );
+    ns.cleanup().await
+}
