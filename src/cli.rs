@@ -61,4 +61,10 @@ pub struct RunArgs {
     /// This replica's identity: reportingInstance and Lease holder (the pod name in a Deployment).
     #[arg(long, env = "POD_NAME")]
     pub instance: Option<String>,
+    /// Watch and write in this namespace only (default: the whole cluster).
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// How long pending writes may take to flush on SIGTERM.
+    #[arg(long, default_value = "10s")]
+    pub shutdown_timeout: String,
 }

@@ -4,9 +4,13 @@
 //! write intents with no I/O; the shell (watch, writer, leader election, metrics server) performs them.
 
 pub mod cli;
+pub mod controller;
 pub mod engine;
 pub mod key;
 pub mod mapping;
+pub mod metrics;
 pub mod recovery;
+pub mod server;
 pub mod settings;
 pub mod watch;
+pub mod writer;

@@ -1,11 +1,94 @@
-use anyhow::bail;
+use anyhow::{Context, bail};
 use clap::Parser;
-use event_series::cli::{Cli, Command};
+use event_series::cli::{Cli, Command, LogFormat, RunArgs};
+use event_series::controller::{self, ControllerConfig};
+use event_series::metrics::Metrics;
+use event_series::settings::{PolicySet, Settings, parse_duration};
+use event_series::writer::WriterConfig;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use tracing_subscriber::EnvFilter;
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run(_) => bail!("`event-series run` is not implemented yet"),
+        Command::Run(args) => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(run(args))
+        }
         Command::Crd => bail!("`event-series crd` is not implemented yet"),
     }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    tracing::info!("shutdown signal received");
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    init_logging(args.log_format);
+    let settings = Settings {
+        heartbeat_interval: parse_duration("--heartbeat-interval", &args.heartbeat_interval)?,
+        finish_after: parse_duration("--finish-after", &args.finish_after)?,
+        series_window: parse_duration("--series-window", &args.series_window)?,
+        ..Settings::default()
+    };
+    let drain = parse_duration("--shutdown-timeout", &args.shutdown_timeout)?
+        .to_std()
+        .context("--shutdown-timeout")?;
+    let client = kube::Client::try_default()
+        .await
+        .context("no usable kubeconfig (KUBECONFIG, ~/.kube/config, or in-cluster)")?;
+    let metrics = Arc::new(Metrics::default());
+    let ready = Arc::new(AtomicBool::new(false));
+    let bound = event_series::server::serve(
+        args.metrics_addr,
+        Metrics::registry(&metrics),
+        ready.clone(),
+    )
+    .await
+    .with_context(|| format!("binding --metrics-addr {}", args.metrics_addr))?;
+    tracing::info!(metrics_addr = %bound, namespace = ?args.namespace, "event-series starting");
+    let config = ControllerConfig {
+        policies: PolicySet::uniform(settings),
+        namespace: args.namespace,
+        writer: WriterConfig {
+            qps: args.qps,
+            burst: args.burst,
+            ..WriterConfig::default()
+        },
+        drain,
+    };
+    controller::run(client, config, metrics, ready, shutdown_signal()).await?;
+    tracing::info!("stopped");
+    Ok(())
 }

@@ -4,5 +4,7 @@
 mod fixture;
 #[path = "e2e/harness.rs"]
 mod harness;
+#[path = "e2e/operator.rs"]
+mod operator;
 #[path = "e2e/watch.rs"]
 mod watch;

@@ -1,0 +1,212 @@
+//! The controller: the imperative shell around the engine. It rebuilds the engine from the operator's
+//! own series objects, feeds it the raw-event watch and a clock tick, and hands its intents to the
+//! writer task.
+//!
+//! ```text
+//!  list own series (paginated) ──restore──▶ ┌────────┐
+//!  raw list (buffered, time-ordered) ──────▶ │ engine │──intents──▶ writer task ──▶ events.k8s.io/v1
+//!  raw watch: applied / deleted / bookmark ─▶ │ (pure) │
+//!  tick every second ──────────────────────▶ └────────┘
+//! ```
+
+use crate::engine::{Engine, EngineConfig};
+use crate::key::{self, RawId};
+use crate::mapping::managed_selector;
+use crate::metrics::Metrics;
+use crate::recovery;
+use crate::settings::PolicySet;
+use crate::watch::{Step, raw_events};
+use crate::writer::{Writer, WriterConfig};
+use chrono::Utc;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Event as CoreEvent;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams};
+use kube::{Client, Resource};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+#[derive(Clone, Debug)]
+pub struct ControllerConfig {
+    pub policies: PolicySet,
+    /// Watch one namespace instead of the whole cluster.
+    pub namespace: Option<String>,
+    pub writer: WriterConfig,
+    /// How long pending writes may take to flush on shutdown.
+    pub drain: Duration,
+}
+
+fn scoped<K>(client: &Client, namespace: &Option<String>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+fn resource_version(rv: &str) -> Option<u64> {
+    rv.parse().ok()
+}
+
+/// Restores every series object the operator wrote (Ongoing and Finished), page by page.
+async fn restore_own_series(
+    api: &Api<Event>,
+    engine: &mut Engine,
+    metrics: &Metrics,
+) -> anyhow::Result<usize> {
+    let mut params = ListParams::default().labels(&managed_selector()).limit(500);
+    let mut restored = 0;
+    loop {
+        let page = api.list(&params).await?;
+        let now = Utc::now();
+        for ev in &page.items {
+            match recovery::parse(ev) {
+                Ok(series) => {
+                    engine.restore(now, series);
+                    restored += 1;
+                }
+                Err(e) => {
+                    tracing::warn!(name = ?ev.metadata.name, namespace = ?ev.metadata.namespace,
+                        error = %e, "series object not restored");
+                    metrics.dropped("unreadable_series", 1);
+                }
+            }
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(restored),
+        }
+    }
+}
+
+/// Feeds one raw event to the engine; a raw event that cannot be read is skipped with a log line and a
+/// metric.
+fn observe(engine: &mut Engine, metrics: &Metrics, ev: &CoreEvent) {
+    match key::observe(ev) {
+        Ok(obs) => engine.observe(Utc::now(), &obs),
+        Err(e) => {
+            tracing::warn!(name = ?ev.metadata.name, namespace = ?ev.metadata.namespace,
+                error = %e, "raw event skipped");
+            metrics.dropped(e.reason(), 1);
+        }
+    }
+}
+
+/// Runs until `shutdown` resolves, then flushes pending writes for at most `config.drain`.
+pub async fn run(
+    client: Client,
+    config: ControllerConfig,
+    metrics: Arc<Metrics>,
+    ready: Arc<AtomicBool>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let mut engine = Engine::new(config.policies.clone(), EngineConfig::default());
+    engine.begin_recovery();
+    let own: Api<Event> = scoped(&client, &config.namespace);
+    let restored = restore_own_series(&own, &mut engine, &metrics).await?;
+    tracing::info!(
+        restored,
+        active = engine.active_series(),
+        "own series objects restored"
+    );
+
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let writer = Writer::new(client.clone(), config.writer, metrics.clone());
+    let writer = tokio::spawn(writer.run(rx, config.drain));
+
+    let mut steps = Box::pin(raw_events(scoped(&client, &config.namespace)));
+    // The first list is replayed in time order once complete (see `recovery::sort_for_replay`).
+    let mut first_list: Option<Vec<Box<CoreEvent>>> = Some(Vec::new());
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            step = steps.next() => {
+                let Some(step) = step else { anyhow::bail!("raw event watch ended") };
+                match step {
+                    Step::ListStarted { relist } => {
+                        if relist {
+                            metrics.watch_relists.inc();
+                            engine.begin_resync();
+                        }
+                    }
+                    Step::Listed(ev) => match first_list.as_mut() {
+                        Some(buffer) => buffer.push(ev),
+                        None => observe(&mut engine, &metrics, &ev),
+                    },
+                    Step::ListDone { resource_version: rv } => {
+                        let rv = resource_version(&rv).unwrap_or(0);
+                        match first_list.take() {
+                            Some(buffer) => {
+                                let mut listed = Vec::with_capacity(buffer.len());
+                                for ev in &buffer {
+                                    match key::observe(ev) {
+                                        Ok(obs) => listed.push(obs),
+                                        Err(e) => metrics.dropped(e.reason(), 1),
+                                    }
+                                }
+                                recovery::sort_for_replay(&mut listed);
+                                let now = Utc::now();
+                                for obs in &listed {
+                                    engine.observe(now, obs);
+                                }
+                                engine.checkpoint(rv);
+                                engine.end_recovery(now);
+                                ready.store(true, Ordering::Relaxed);
+                                tracing::info!(raw_events = buffer.len(), active = engine.active_series(),
+                                    "recovered; watching");
+                            }
+                            None => {
+                                engine.end_resync();
+                                engine.checkpoint(rv);
+                            }
+                        }
+                    }
+                    Step::Applied(ev) => {
+                        observe(&mut engine, &metrics, &ev);
+                        if let Some(rv) = ev.metadata.resource_version.as_deref().and_then(resource_version) {
+                            engine.checkpoint(rv);
+                        }
+                    }
+                    Step::Deleted(ev) => {
+                        let m = &ev.metadata;
+                        engine.forget(RawId::of(
+                            m.namespace.as_deref().unwrap_or(""),
+                            m.name.as_deref().unwrap_or(""),
+                            m.uid.as_deref().unwrap_or(""),
+                        ));
+                    }
+                    Step::Bookmark { resource_version: rv } => {
+                        metrics.bookmarks.inc();
+                        if let Some(rv) = resource_version(&rv) {
+                            engine.checkpoint(rv);
+                        }
+                    }
+                    Step::Restarted => {
+                        metrics.watch_restarts.inc();
+                    }
+                    Step::Failed { error, retry_in } => {
+                        tracing::warn!(%error, ?retry_in, "raw event watch failed; retrying");
+                    }
+                }
+            }
+            _ = tick.tick() => engine.tick(Utc::now()),
+            _ = &mut shutdown => break,
+        }
+        for intent in engine.take_intents() {
+            tracing::debug!(kind = ?intent.kind, name = %intent.series.name, count = intent.series.count, "intent");
+            // The writer only stops after this loop drops the sender.
+            let _ = tx.send(intent);
+        }
+        metrics.observe_engine(engine.stats(), engine.active_series());
+    }
+    tracing::info!("shutting down: flushing pending writes");
+    drop(tx);
+    writer.await?;
+    Ok(())
+}

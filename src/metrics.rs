@@ -1,0 +1,206 @@
+//! Prometheus metrics (prefix `event_series_`, SPEC "Operations"). The engine keeps plain counters in
+//! [`crate::engine::Stats`]; the shell copies them here, so the pure core needs no metrics library.
+
+use crate::engine::Stats;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub verb: String,
+    pub code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DropLabels {
+    pub reason: String,
+}
+
+/// Every metric the operator exports.
+#[derive(Default)]
+pub struct Metrics {
+    pub occurrences: Counter,
+    pub series_active: Gauge,
+    pub series_started: Counter,
+    pub series_finished: Counter,
+    pub api_requests: Family<RequestLabels, Counter>,
+    pub watch_restarts: Counter,
+    pub watch_relists: Counter,
+    pub bookmarks: Counter,
+    pub dropped: Family<DropLabels, Counter>,
+    /// Engine counters already exported, so that [`Metrics::observe_engine`] adds only the growth.
+    seen: SeenStats,
+}
+
+#[derive(Default)]
+struct SeenStats {
+    occurrences: AtomicU64,
+    started: AtomicU64,
+    finished: AtomicU64,
+    lone: AtomicU64,
+    filtered: AtomicU64,
+    stale: AtomicU64,
+    evicted_series: AtomicU64,
+    evicted_candidates: AtomicU64,
+    evicted_raw: AtomicU64,
+}
+
+impl Metrics {
+    /// A registry holding all metrics, and the metrics themselves.
+    pub fn registry(metrics: &std::sync::Arc<Metrics>) -> Registry {
+        let mut r = Registry::with_prefix("event_series");
+        r.register(
+            "occurrences",
+            "Occurrences counted from raw events",
+            metrics.occurrences.clone(),
+        );
+        r.register(
+            "series_active",
+            "Series currently Ongoing",
+            metrics.series_active.clone(),
+        );
+        r.register(
+            "series_started",
+            "Series started",
+            metrics.series_started.clone(),
+        );
+        r.register(
+            "series_finished",
+            "Series finished",
+            metrics.series_finished.clone(),
+        );
+        r.register(
+            "api_requests",
+            "Write requests to the API server by verb and HTTP code",
+            metrics.api_requests.clone(),
+        );
+        r.register(
+            "watch_restarts",
+            "Raw-event watches re-established from the last resourceVersion",
+            metrics.watch_restarts.clone(),
+        );
+        r.register(
+            "watch_relists",
+            "Full relists of raw events (after 410 Gone)",
+            metrics.watch_relists.clone(),
+        );
+        r.register(
+            "bookmarks",
+            "Watch bookmarks received",
+            metrics.bookmarks.clone(),
+        );
+        r.register(
+            "dropped",
+            "Occurrences, events or writes not turned into series, by reason",
+            metrics.dropped.clone(),
+        );
+        r
+    }
+
+    pub fn request(&self, verb: &str, code: u16) {
+        self.api_requests
+            .get_or_create(&RequestLabels {
+                verb: verb.to_owned(),
+                code: code.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn dropped(&self, reason: &str, n: u64) {
+        self.dropped
+            .get_or_create(&DropLabels {
+                reason: reason.to_owned(),
+            })
+            .inc_by(n);
+    }
+
+    /// Copies the growth of the engine's counters since the last call.
+    pub fn observe_engine(&self, stats: &Stats, active: usize) {
+        let grow =
+            |seen: &AtomicU64, now: u64| now.saturating_sub(seen.swap(now, Ordering::Relaxed));
+        let s = &self.seen;
+        self.occurrences
+            .inc_by(grow(&s.occurrences, stats.occurrences));
+        self.series_started
+            .inc_by(grow(&s.started, stats.series_started));
+        self.series_finished
+            .inc_by(grow(&s.finished, stats.series_finished));
+        for (reason, seen, now) in [
+            ("lone", &s.lone, stats.lone),
+            ("filtered", &s.filtered, stats.dropped_filtered),
+            ("stale", &s.stale, stats.dropped_stale),
+            ("series_evicted", &s.evicted_series, stats.series_evicted),
+            (
+                "candidate_evicted",
+                &s.evicted_candidates,
+                stats.candidates_evicted,
+            ),
+            ("raw_evicted", &s.evicted_raw, stats.raw_evicted),
+        ] {
+            let n = grow(seen, now);
+            if n > 0 {
+                self.dropped(reason, n);
+            }
+        }
+        self.series_active.set(active as i64);
+    }
+}
+
+/// The Prometheus text exposition of a registry.
+pub fn encode(registry: &Registry) -> String {
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, registry);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn exports_the_spec_names() {
+        let m = Arc::new(Metrics::default());
+        let registry = Metrics::registry(&m);
+        m.request("create", 201);
+        m.watch_relists.inc();
+        m.observe_engine(
+            &Stats {
+                occurrences: 5,
+                dropped_filtered: 2,
+                ..Default::default()
+            },
+            3,
+        );
+        m.observe_engine(
+            &Stats {
+                occurrences: 7,
+                dropped_filtered: 2,
+                ..Default::default()
+            },
+            3,
+        );
+        let text = encode(&registry);
+        for line in [
+            "event_series_occurrences_total 7",
+            "event_series_series_active 3",
+            "event_series_watch_relists_total 1",
+            "event_series_api_requests_total{verb=\"create\",code=\"201\"} 1",
+            "event_series_dropped_total{reason=\"filtered\"} 2",
+            "event_series_bookmarks_total 0",
+            "event_series_watch_restarts_total 0",
+            "event_series_series_started_total 0",
+            "event_series_series_finished_total 0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing in:\n{text}"
+            );
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! `event-series run` against the real apiserver, fed by client-go's own legacy recorder.
+
+use crate::fixture::{TestNamespace, client, kubeconfig, kubectl, repo_root};
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams};
+use serde::Deserialize;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One line of the emitter's ground truth.
+#[derive(Debug, Deserialize)]
+pub struct Truth {
+    pub regarding: Regarding,
+    pub reason: String,
+    pub api_count: u64,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Regarding {
+    pub name: String,
+}
+
+/// Runs the client-go emitter to completion and returns its ground truth.
+pub fn emit(ns: &str, args: &[&str]) -> Result<Vec<Truth>> {
+    let bin = repo_root().join("target/envtest/bin/emitter");
+    let out = Command::new(&bin)
+        .arg("--kubeconfig")
+        .arg(kubeconfig())
+        .args(["--namespace", ns])
+        .args(args)
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {}", bin.display()))?;
+    if !out.status.success() {
+        bail!("emitter failed: {}", out.status);
+    }
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+/// A running operator, killed when dropped.
+pub struct Operator {
+    child: Child,
+    pub metrics: String,
+}
+
+impl Operator {
+    pub fn start(ns: &str, extra: &[&str]) -> Result<Operator> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        // Logs go to target/e2e-logs/<namespace>.log, for when a test fails.
+        let logs = repo_root().join("target/e2e-logs");
+        std::fs::create_dir_all(&logs)?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(logs.join(format!("{ns}.log")))?;
+        let child = Command::new(env!("CARGO_BIN_EXE_event-series"))
+            .args(["run", "--namespace", ns, "--metrics-addr", &addr])
+            .args(extra)
+            .env("KUBECONFIG", kubeconfig())
+            .env("RUST_LOG", "info,event_series=debug")
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?;
+        let op = Operator {
+            child,
+            metrics: format!("http://{addr}"),
+        };
+        op.wait_ready()?;
+        Ok(op)
+    }
+
+    fn get(&self, path: &str) -> Option<(u16, String)> {
+        use std::io::{Read, Write};
+        let addr = self.metrics.trim_start_matches("http://");
+        let mut s = std::net::TcpStream::connect(addr).ok()?;
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).ok()?;
+        let code = text.split_whitespace().nth(1)?.parse().ok()?;
+        let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
+        Some((code, body))
+    }
+
+    fn wait_ready(&self) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if matches!(self.get("/readyz"), Some((200, _))) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        bail!("operator not ready within 60s")
+    }
+
+    /// The value of one metric line (exact name with labels), 0 when absent.
+    pub fn metric(&self, name: &str) -> f64 {
+        self.get("/metrics")
+            .and_then(|(_, body)| {
+                body.lines()
+                    .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            })
+            .unwrap_or(0.0)
+    }
+
+    /// SIGTERM, and the exit status.
+    pub fn terminate(mut self) -> Result<std::process::ExitStatus> {
+        Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()?;
+        Ok(self.child.wait()?)
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The operator's series objects in a namespace.
+pub async fn series(client: &kube::Client, ns: &str) -> Result<Vec<Event>> {
+    let api: Api<Event> = Api::namespaced(client.clone(), ns);
+    Ok(api
+        .list(&ListParams::default().labels("app.kubernetes.io/managed-by=event-series"))
+        .await?
+        .items)
+}
+
+pub fn state(e: &Event) -> &str {
+    e.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("eventseries.dev/state"))
+        .map_or("", String::as_str)
+}
+
+pub fn count(e: &Event) -> u64 {
+    e.series.as_ref().map_or(1, |s| s.count as u64)
+}
+
+/// Polls until `check` holds for the namespace's series objects.
+pub async fn wait_for<F>(
+    client: &kube::Client,
+    ns: &str,
+    what: &str,
+    check: F,
+) -> Result<Vec<Event>>
+where
+    F: Fn(&[Event]) -> bool,
+{
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let objects = series(client, ns).await?;
+        if check(&objects) {
+            return Ok(objects);
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "timed out waiting for {what}; series objects: {:?}",
+                objects
+                    .iter()
+                    .map(|e| (e.metadata.name.clone(), state(e).to_owned(), count(e)))
+                    .collect::<Vec<_>>()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// SPEC Output: a legacy storm becomes one Ongoing series per loop; its next heartbeat writes the count
+/// the API holds (occurrences between writes cost nothing); after `finishAfter` of quiet it is Finished
+/// with the final count; a new burst makes a new object.
+#[tokio::test]
+async fn legacy_storm_becomes_one_series_per_loop_then_finishes() -> Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::new(&client, "legacy_storm").await?;
+    let op = Operator::start(
+        &ns.name,
+        &[
+            "--finish-after",
+            "15s",
+            "--series-window",
+            "15s",
+            "--heartbeat-interval",
+            "3s",
+        ],
+    )?;
+    let truth = emit(
+        &ns.name,
+        &[
+            "--recorder",
+            "legacy",
+            "--scenario",
+            "crashloop",
+            "--pods",
+            "2",
+            "--rate",
+            "5",
+            "--count",
+            "20",
+        ],
+    )?;
+    assert_eq!(truth.len(), 2);
+    let total: u64 = truth.iter().map(|t| t.api_count).sum();
+    assert!(truth.iter().all(|t| t.api_count >= 2), "{truth:?}");
+
+    let ongoing = wait_for(
+        &client,
+        &ns.name,
+        "one Ongoing series per pod with the API's count",
+        |objs| {
+            objs.len() == 2
+                && objs.iter().all(|e| state(e) == "Ongoing")
+                && objs.iter().map(count).sum::<u64>() == total
+        },
+    )
+    .await?;
+    for t in &truth {
+        let obj = ongoing
+            .iter()
+            .find(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(&t.regarding.name)
+            })
+            .context("a series object for each pod")?;
+        assert_eq!(count(obj), t.api_count, "{t:?}");
+        assert_eq!(obj.reason.as_deref(), Some(t.reason.as_str()));
+    }
+    let table = kubectl(&[
+        "get",
+        "events",
+        "-n",
+        &ns.name,
+        "-o",
+        "wide",
+        "-l",
+        "eventseries.dev/state=Ongoing",
+    ])?;
+    for t in &truth {
+        let row = table
+            .lines()
+            .find(|l| l.contains(&t.regarding.name))
+            .with_context(|| format!("no row for {} in\n{table}", t.regarding.name))?;
+        assert!(
+            row.split_whitespace().any(|c| c == t.api_count.to_string()),
+            "COUNT {} not in row {row:?}",
+            t.api_count
+        );
+    }
+
+    let finished = wait_for(&client, &ns.name, "both series Finished", |objs| {
+        objs.len() == 2 && objs.iter().all(|e| state(e) == "Finished")
+    })
+    .await?;
+    assert_eq!(
+        finished.iter().map(count).sum::<u64>(),
+        total,
+        "final counts"
+    );
+
+    // The same loop again: a new object beside the finished one.
+    let again = emit(
+        &ns.name,
+        &[
+            "--recorder",
+            "legacy",
+            "--scenario",
+            "crashloop",
+            "--pods",
+            "2",
+            "--rate",
+            "5",
+            "--count",
+            "3",
+        ],
+    )?;
+    let added: u64 = again.iter().map(|t| t.api_count).sum();
+    assert!(added >= 2, "{again:?}");
+    wait_for(
+        &client,
+        &ns.name,
+        "new Ongoing objects beside the Finished ones",
+        |objs| {
+            objs.iter().filter(|e| state(e) == "Finished").count() == 2
+                && objs.iter().any(|e| state(e) == "Ongoing")
+        },
+    )
+    .await?;
+    assert!(op.metric("event_series_series_started_total") >= 3.0);
+    let status = op.terminate()?;
+    assert!(status.success(), "SIGTERM exits 0, got {status}");
+    ns.cleanup().await
+}
