@@ -299,3 +299,227 @@ async fn legacy_storm_becomes_one_series_per_loop_then_finishes() -> Result<()> 
     assert!(status.success(), "SIGTERM exits 0, got {status}");
     ns.cleanup().await
 }
+
+impl Operator {
+    /// SIGKILL: no flush, no goodbye.
+    pub fn kill9(mut self) -> Result<()> {
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
+    }
+}
+
+/// SPEC Restart: kill -9 the operator mid-loop, keep emitting, start it again: still one object for the
+/// series, with the exact count.
+#[tokio::test]
+async fn kill_9_mid_loop_keeps_one_object_and_the_exact_count() -> Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::new(&client, "kill9").await?;
+    let flags = [
+        "--finish-after",
+        "20s",
+        "--series-window",
+        "20s",
+        "--heartbeat-interval",
+        "2s",
+    ];
+    let emitter = [
+        "--recorder",
+        "legacy",
+        "--scenario",
+        "crashloop",
+        "--pods",
+        "1",
+        "--rate",
+        "5",
+        "--count",
+        "15",
+    ];
+    let first_op = Operator::start(&ns.name, &flags)?;
+    let first = emit(&ns.name, &emitter)?;
+    let objects = wait_for(
+        &client,
+        &ns.name,
+        "the series written at least once",
+        |objs| objs.len() == 1 && count(&objs[0]) >= 2,
+    )
+    .await?;
+    let name = objects[0].metadata.name.clone();
+    first_op.kill9()?;
+
+    // The loop goes on while no operator runs (a new recorder process: a new raw object, same key).
+    let second = emit(&ns.name, &emitter)?;
+    let total: u64 = first.iter().chain(&second).map(|t| t.api_count).sum();
+    let _second_op = Operator::start(&ns.name, &flags)?;
+    let third = emit(&ns.name, &emitter)?;
+    let total = total + third.iter().map(|t| t.api_count).sum::<u64>();
+
+    let done = wait_for(
+        &client,
+        &ns.name,
+        "the series Finished with every occurrence",
+        |objs| {
+            objs.iter().all(|e| state(e) == "Finished")
+                && objs.iter().map(count).sum::<u64>() == total
+        },
+    )
+    .await?;
+    assert_eq!(done.len(), 1, "one object for the series");
+    assert_eq!(done[0].metadata.name, name, "the same object");
+    ns.cleanup().await
+}
+
+/// SPEC Input: new-style events from client-go's `tools/events` are folded by their `series.count`
+/// deltas (that recorder itself writes only counts 1 and 2 within its first 30 minutes).
+#[tokio::test]
+async fn new_style_events_fold_by_series_count() -> Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::new(&client, "new_style").await?;
+    let _op = Operator::start(
+        &ns.name,
+        &[
+            "--finish-after",
+            "10s",
+            "--series-window",
+            "10s",
+            "--heartbeat-interval",
+            "2s",
+        ],
+    )?;
+    let truth = emit(
+        &ns.name,
+        &[
+            "--recorder",
+            "events",
+            "--scenario",
+            "crashloop",
+            "--pods",
+            "2",
+            "--rate",
+            "5",
+            "--count",
+            "10",
+        ],
+    )?;
+    let total: u64 = truth.iter().map(|t| t.api_count).sum();
+    assert!(truth.iter().all(|t| t.api_count == 2), "{truth:?}");
+    let done = wait_for(
+        &client,
+        &ns.name,
+        "two Finished series with the API's counts",
+        |objs| {
+            objs.len() == 2
+                && objs.iter().all(|e| state(e) == "Finished")
+                && objs.iter().map(count).sum::<u64>() == total
+        },
+    )
+    .await?;
+    for e in &done {
+        assert_eq!(
+            e.action.as_deref(),
+            Some("StartContainer"),
+            "new-style fields kept"
+        );
+        assert!(
+            e.reporting_instance
+                .as_deref()
+                .is_some_and(|i| i.starts_with("kubelet"))
+        );
+    }
+    ns.cleanup().await
+}
+
+/// Odd input does not crash the operator and loses nothing it could keep: every odd loop becomes a
+/// valid series object, none is rejected by the API.
+#[tokio::test]
+async fn odd_raw_events_become_valid_series_objects() -> Result<()> {
+    use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, ObjectReference};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use kube::api::PostParams;
+    let client = client().await?;
+    let ns = TestNamespace::new(&client, "odd_input").await?;
+    let op = Operator::start(
+        &ns.name,
+        &[
+            "--finish-after",
+            "8s",
+            "--series-window",
+            "8s",
+            "--heartbeat-interval",
+            "1h",
+        ],
+    )?;
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let base = |name: &str| CoreEvent {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.name.clone()),
+            ..Default::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            namespace: Some(ns.name.clone()),
+            name: Some(format!("pod-{name}")),
+            uid: Some(format!("uid-{name}")),
+            ..Default::default()
+        },
+        reason: Some("BackOff".into()),
+        message: Some("Back-off".into()),
+        type_: Some("Warning".into()),
+        source: Some(EventSource {
+            component: Some("kubelet".into()),
+            host: Some("node-1".into()),
+        }),
+        count: Some(3),
+        first_timestamp: Some(now.clone()),
+        last_timestamp: Some(now.clone()),
+        ..Default::default()
+    };
+    let mut odd = Vec::new();
+    let mut e = base("no-source");
+    e.source = None;
+    odd.push(e);
+    let mut e = base("empty-action");
+    e.action = Some(String::new());
+    odd.push(e);
+    let mut e = base("huge-message");
+    e.message = Some("x".repeat(10 * 1024));
+    odd.push(e);
+    let mut e = base("unicode");
+    e.message = Some("🚀 ünïcödé ".repeat(300));
+    e.reason = Some("Ünïcödé".repeat(30));
+    odd.push(e);
+    let mut e = base("bad-controller");
+    e.reporting_component = Some("My Controller (v2)!".into());
+    e.source = None;
+    odd.push(e);
+    let mut e = base("odd-type");
+    e.type_ = Some("Error".into());
+    e.reason = None;
+    odd.push(e);
+    let api: Api<CoreEvent> = Api::namespaced(client.clone(), &ns.name);
+    for e in &odd {
+        api.create(&PostParams::default(), e).await?;
+    }
+    let done = wait_for(
+        &client,
+        &ns.name,
+        "one Finished series per odd loop",
+        |objs| objs.len() == odd.len() && objs.iter().all(|e| state(e) == "Finished"),
+    )
+    .await?;
+    assert!(done.iter().all(|e| count(e) == 3));
+    let note_len = done
+        .iter()
+        .filter_map(|e| e.note.as_ref())
+        .map(String::len)
+        .max();
+    assert!(note_len.is_some_and(|n| n <= 1024));
+    assert_eq!(
+        op.metric("event_series_dropped_total{reason=\"rejected\"}"),
+        0.0
+    );
+    assert!(op.metric("event_series_api_requests_total{verb=\"create\",code=\"201\"}") >= 6.0);
+    ns.cleanup().await
+}
