@@ -64,6 +64,9 @@ pub struct RunArgs {
     /// Watch and write in this namespace only (default: the whole cluster).
     #[arg(long)]
     pub namespace: Option<String>,
+    /// Lifetime of one watch request; the watch then resumes from the last resourceVersion.
+    #[arg(long, default_value = "290s")]
+    pub watch_timeout: String,
     /// How long pending writes may take to flush on SIGTERM.
     #[arg(long, default_value = "10s")]
     pub shutdown_timeout: String,

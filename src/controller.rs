@@ -35,6 +35,8 @@ pub struct ControllerConfig {
     pub writer: WriterConfig,
     /// How long pending writes may take to flush on shutdown.
     pub drain: Duration,
+    /// Lifetime of one watch request before it is re-established.
+    pub watch_timeout_secs: u32,
 }
 
 fn scoped<K>(client: &Client, namespace: &Option<String>) -> Api<K>
@@ -118,7 +120,10 @@ pub async fn run(
     let writer = Writer::new(client.clone(), config.writer, metrics.clone());
     let writer = tokio::spawn(writer.run(rx, config.drain));
 
-    let mut steps = Box::pin(raw_events(scoped(&client, &config.namespace)));
+    let mut steps = Box::pin(raw_events(
+        scoped(&client, &config.namespace),
+        config.watch_timeout_secs,
+    ));
     // The first list is replayed in time order once complete (see `recovery::sort_for_replay`).
     let mut first_list: Option<Vec<Box<CoreEvent>>> = Some(Vec::new());
     let mut tick = tokio::time::interval(Duration::from_secs(1));

@@ -65,6 +65,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let drain = parse_duration("--shutdown-timeout", &args.shutdown_timeout)?
         .to_std()
         .context("--shutdown-timeout")?;
+    let watch_timeout_secs = parse_duration("--watch-timeout", &args.watch_timeout)?
+        .num_seconds()
+        .clamp(1, i64::from(u32::MAX)) as u32;
     let client = kube::Client::try_default()
         .await
         .context("no usable kubeconfig (KUBECONFIG, ~/.kube/config, or in-cluster)")?;
@@ -87,6 +90,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             ..WriterConfig::default()
         },
         drain,
+        watch_timeout_secs,
     };
     controller::run(client, config, metrics, ready, shutdown_signal()).await?;
     tracing::info!("stopped");

@@ -23,7 +23,8 @@ use std::time::Duration;
 
 /// Page size of the list.
 pub const PAGE_SIZE: u32 = 500;
-/// Server-side timeout of one watch request; the watch is then re-established from the last
+/// Default server-side timeout of one watch request (kube-rs always sends one, so the apiserver's
+/// `--min-request-timeout` does not apply); the watch is then re-established from the last
 /// resourceVersion.
 pub const WATCH_TIMEOUT_SECS: u32 = 290;
 
@@ -158,18 +159,22 @@ fn backoff() -> impl Iterator<Item = Duration> {
 /// stream ends only when its consumer is dropped: failures are reported as [`Step::Failed`] and
 /// retried. A bounded channel sits between the API and the consumer, so a slow consumer slows the
 /// watch instead of buffering without limit.
-pub fn raw_events(api: Api<Event>) -> impl Stream<Item = Step> {
+pub fn raw_events(api: Api<Event>, watch_timeout_secs: u32) -> impl Stream<Item = Step> {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Step>(1024);
     tokio::spawn(async move {
         // Err only when the consumer is gone, which ends the task.
-        let _ = drive(api, tx).await;
+        let _ = drive(api, tx, watch_timeout_secs).await;
     });
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
 type Closed = tokio::sync::mpsc::error::SendError<Step>;
 
-async fn drive(api: Api<Event>, tx: tokio::sync::mpsc::Sender<Step>) -> Result<(), Closed> {
+async fn drive(
+    api: Api<Event>,
+    tx: tokio::sync::mpsc::Sender<Step>,
+    watch_timeout_secs: u32,
+) -> Result<(), Closed> {
     let selector = not_managed_selector();
     let mut watch = Watch::default();
     let mut delays = backoff();
@@ -217,7 +222,7 @@ async fn drive(api: Api<Event>, tx: tokio::sync::mpsc::Sender<Step>) -> Result<(
             State::Watching { resource_version } => {
                 let mut wp = WatchParams::default()
                     .labels(&selector)
-                    .timeout(WATCH_TIMEOUT_SECS);
+                    .timeout(watch_timeout_secs.max(1));
                 wp.bookmarks = true; // allowWatchBookmarks=true (kube's default, made explicit)
                 match api.watch(&wp, &resource_version).await {
                     Ok(stream) => {

@@ -1,5 +1,7 @@
 //! End-to-end tests against a real kube-apiserver and etcd (see `tests/e2e/fixture.rs`).
 
+#[path = "e2e/economy.rs"]
+mod economy;
 #[path = "e2e/fixture.rs"]
 mod fixture;
 #[path = "e2e/harness.rs"]

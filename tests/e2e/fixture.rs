@@ -37,11 +37,56 @@ pub fn kubeconfig() -> &'static Path {
     })
 }
 
-/// A kube-rs client for the test cluster's admin.
+/// A kube-rs client for the shared test cluster's admin.
 pub async fn client() -> Result<Client> {
-    let kubeconfig = Kubeconfig::read_from(kubeconfig())?;
+    client_for(kubeconfig()).await
+}
+
+/// A kube-rs client for the admin of the cluster behind `kubeconfig`.
+pub async fn client_for(kubeconfig: &Path) -> Result<Client> {
+    let kubeconfig = Kubeconfig::read_from(kubeconfig)?;
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
     Ok(Client::try_from(config)?)
+}
+
+/// A cluster of one test's own, for apiserver flags the others must not see (short watch timeouts,
+/// low inflight limits, a short event TTL) or for counting the apiserver's own request metrics.
+/// Stopped when dropped.
+pub struct Dedicated {
+    dir: PathBuf,
+    pub kubeconfig: PathBuf,
+}
+
+impl Dedicated {
+    pub fn start(name: &str, env: &[(&str, &str)]) -> Result<Dedicated> {
+        let dir = repo_root().join(format!("target/envtest-e2e-{name}"));
+        // A leftover from an earlier run may have other flags.
+        let _ = Command::new("bash")
+            .arg(repo_root().join("hack/cluster-down.sh"))
+            .env("ENVTEST_DIR", &dir)
+            .status();
+        let status = Command::new("bash")
+            .arg(repo_root().join("hack/cluster-up.sh"))
+            .env("ENVTEST_DIR", &dir)
+            .envs(env.iter().copied())
+            .status()?;
+        if !status.success() {
+            bail!("hack/cluster-up.sh for {name} failed: {status}");
+        }
+        Ok(Dedicated {
+            kubeconfig: dir.join("kubeconfig"),
+            dir,
+        })
+    }
+}
+
+impl Drop for Dedicated {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(repo_root().join("hack/cluster-down.sh"))
+            .env("ENVTEST_DIR", &self.dir)
+            .status();
+    }
 }
 
 /// A namespace of the test's own, named after it; its events are deleted when the test ends.
@@ -91,12 +136,17 @@ impl TestNamespace {
     }
 }
 
-/// Runs `kubectl` of the harness against the test cluster and returns its stdout.
+/// Runs `kubectl` of the harness against the shared test cluster and returns its stdout.
 pub fn kubectl(args: &[&str]) -> Result<String> {
+    kubectl_on(kubeconfig(), args)
+}
+
+/// Runs `kubectl` against the cluster behind `kubeconfig`.
+pub fn kubectl_on(kubeconfig: &Path, args: &[&str]) -> Result<String> {
     let bin = repo_root().join("target/envtest/bin/kubectl");
     let out = Command::new(&bin)
         .arg("--kubeconfig")
-        .arg(kubeconfig())
+        .arg(kubeconfig)
         .args(args)
         .output()
         .with_context(|| format!("running {}", bin.display()))?;

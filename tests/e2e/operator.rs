@@ -21,12 +21,17 @@ pub struct Regarding {
     pub name: String,
 }
 
-/// Runs the client-go emitter to completion and returns its ground truth.
+/// Runs the client-go emitter against the shared cluster and returns its ground truth.
 pub fn emit(ns: &str, args: &[&str]) -> Result<Vec<Truth>> {
+    emit_on(kubeconfig(), ns, args)
+}
+
+/// Runs the client-go emitter to completion and returns its ground truth.
+pub fn emit_on(kubeconfig: &std::path::Path, ns: &str, args: &[&str]) -> Result<Vec<Truth>> {
     let bin = repo_root().join("target/envtest/bin/emitter");
     let out = Command::new(&bin)
         .arg("--kubeconfig")
-        .arg(kubeconfig())
+        .arg(kubeconfig)
         .args(["--namespace", ns])
         .args(args)
         .stderr(Stdio::inherit())
@@ -45,7 +50,12 @@ pub struct Operator {
 }
 
 impl Operator {
+    /// An operator on the shared cluster, watching namespace `ns`.
     pub fn start(ns: &str, extra: &[&str]) -> Result<Operator> {
+        Operator::start_on(kubeconfig(), ns, extra)
+    }
+
+    pub fn start_on(kubeconfig: &std::path::Path, ns: &str, extra: &[&str]) -> Result<Operator> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
@@ -60,7 +70,7 @@ impl Operator {
         let child = Command::new(env!("CARGO_BIN_EXE_event-series"))
             .args(["run", "--namespace", ns, "--metrics-addr", &addr])
             .args(extra)
-            .env("KUBECONFIG", kubeconfig())
+            .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,event_series=debug")
             .stdout(log.try_clone()?)
             .stderr(log)
