@@ -20,7 +20,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the controller (kubeconfig: KUBECONFIG, ~/.kube/config, or in-cluster).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print the EventSeriesPolicy CustomResourceDefinition as YAML.
     Crd,
 }

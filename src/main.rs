@@ -16,7 +16,7 @@ fn main() -> anyhow::Result<()> {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
-            runtime.block_on(run(args))
+            runtime.block_on(run(*args))
         }
         Command::Crd => bail!("`event-series crd` is not implemented yet"),
     }
