@@ -54,6 +54,22 @@ fn resource_version(rv: &str) -> Option<u64> {
     rv.parse().ok()
 }
 
+/// Lists one page, retrying throttling and server errors with backoff (a restart in a busy cluster
+/// must not fail on a 429).
+async fn list_with_retry(api: &Api<Event>, params: &ListParams) -> kube::core::ObjectList<Event> {
+    let mut delays = crate::retry::delays(Duration::from_millis(200), Duration::from_secs(30));
+    loop {
+        match api.list(params).await {
+            Ok(page) => return page,
+            Err(e) => {
+                let retry_in = delays.next().unwrap_or(Duration::from_secs(30));
+                tracing::warn!(error = %e, ?retry_in, "listing own series objects failed; retrying");
+                tokio::time::sleep(retry_in).await;
+            }
+        }
+    }
+}
+
 /// Restores every series object the operator wrote (Ongoing and Finished), page by page.
 async fn restore_own_series(
     api: &Api<Event>,
@@ -63,7 +79,7 @@ async fn restore_own_series(
     let mut params = ListParams::default().labels(&managed_selector()).limit(500);
     let mut restored = 0;
     loop {
-        let page = api.list(&params).await?;
+        let page = list_with_retry(api, &params).await;
         let now = Utc::now();
         for ev in &page.items {
             match recovery::parse(ev) {

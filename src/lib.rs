@@ -10,6 +10,7 @@ pub mod key;
 pub mod mapping;
 pub mod metrics;
 pub mod recovery;
+pub mod retry;
 pub mod server;
 pub mod settings;
 pub mod watch;

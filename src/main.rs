@@ -68,9 +68,13 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let watch_timeout_secs = parse_duration("--watch-timeout", &args.watch_timeout)?
         .num_seconds()
         .clamp(1, i64::from(u32::MAX)) as u32;
-    let client = kube::Client::try_default()
+    let mut kube_config = kube::Config::infer()
         .await
         .context("no usable kubeconfig (KUBECONFIG, ~/.kube/config, or in-cluster)")?;
+    // The writer and the watch own retries (backoff with jitter, Retry-After, coalescing while
+    // waiting, metrics per answer); kube's built-in retry of 429/503 would hide them.
+    kube_config.default_retry = false;
+    let client = kube::Client::try_from(kube_config).context("building the API client")?;
     let metrics = Arc::new(Metrics::default());
     let ready = Arc::new(AtomicBool::new(false));
     let bound = event_series::server::serve(

@@ -144,15 +144,9 @@ fn rv_of(ev: &Event) -> String {
     ev.metadata.resource_version.clone().unwrap_or_default()
 }
 
-/// Retry delays for failed list or watch requests: exponential with jitter, 200 ms to 30 s.
+/// Retry delays for failed list or watch requests: 200 ms to 30 s.
 fn backoff() -> impl Iterator<Item = Duration> {
-    use backon::BackoffBuilder;
-    backon::ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(200))
-        .with_max_delay(Duration::from_secs(30))
-        .with_jitter()
-        .without_max_times()
-        .build()
+    crate::retry::delays(Duration::from_millis(200), Duration::from_secs(30))
 }
 
 /// The list+watch of every raw core/v1 Event in the cluster, the operator's own objects excluded. The

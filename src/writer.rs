@@ -13,7 +13,6 @@
 use crate::engine::{Intent, WriteKind};
 use crate::mapping::to_event;
 use crate::metrics::Metrics;
-use backon::BackoffBuilder;
 use futures::stream::{FuturesUnordered, StreamExt};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use k8s_openapi::api::events::v1::Event;
@@ -100,12 +99,7 @@ struct Pending {
 }
 
 fn delays() -> backon::ExponentialBackoff {
-    backon::ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(100))
-        .with_max_delay(Duration::from_secs(60))
-        .with_jitter()
-        .without_max_times()
-        .build()
+    crate::retry::delays(Duration::from_millis(100), Duration::from_secs(60))
 }
 
 fn first_verb(kind: WriteKind) -> Verb {
@@ -343,12 +337,5 @@ mod tests {
             next(Replace, 403, None, "forbidden"),
             Next::Reject(_)
         ));
-    }
-
-    #[test]
-    fn backoff_grows_with_jitter_and_stays_bounded() {
-        let d: Vec<Duration> = delays().take(20).collect();
-        assert!(d[5] > d[0]);
-        assert!(d.iter().all(|d| *d <= Duration::from_secs(120)));
     }
 }

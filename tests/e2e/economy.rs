@@ -27,7 +27,13 @@ fn events_k8s_io_writes(kubeconfig: &Path) -> Result<u64> {
 }
 
 /// A legacy-recorder-style raw event: created once, then its `count` patched once per occurrence.
-async fn legacy_loop(api: &Api<CoreEvent>, ns: &str, name: &str, occurrences: i32) -> Result<()> {
+async fn legacy_loop(
+    api: &Api<CoreEvent>,
+    ns: &str,
+    name: &str,
+    pod: &str,
+    occurrences: i32,
+) -> Result<()> {
     let now = || Time(k8s_openapi::jiff::Timestamp::now());
     let ev = CoreEvent {
         metadata: ObjectMeta {
@@ -39,8 +45,8 @@ async fn legacy_loop(api: &Api<CoreEvent>, ns: &str, name: &str, occurrences: i3
             api_version: Some("v1".into()),
             kind: Some("Pod".into()),
             namespace: Some(ns.into()),
-            name: Some(format!("pod-{name}")),
-            uid: Some(format!("uid-{name}")),
+            name: Some(pod.into()),
+            uid: Some(format!("uid-{pod}")),
             ..Default::default()
         },
         reason: Some("BackOff".into()),
@@ -87,7 +93,7 @@ async fn writes_per_series_are_independent_of_occurrences() -> Result<()> {
     let before = events_k8s_io_writes(&cluster.kubeconfig)?;
     let started = Instant::now();
     let api: Api<CoreEvent> = Api::namespaced(client.clone(), &ns.name);
-    legacy_loop(&api, &ns.name, "loop", 1000).await?;
+    legacy_loop(&api, &ns.name, "loop", "web-0", 1000).await?;
     let done = wait_for(
         &client,
         &ns.name,
@@ -147,7 +153,7 @@ async fn expiring_watches_resume_without_relisting() -> Result<()> {
     )?;
     let api: Api<CoreEvent> = Api::namespaced(client.clone(), &ns.name);
     let now = || Time(k8s_openapi::jiff::Timestamp::now());
-    legacy_loop(&api, &ns.name, "slow", 1).await?;
+    legacy_loop(&api, &ns.name, "slow", "web-0", 1).await?;
     // Occurrences spread over several watch lifetimes (the apiserver picks each timeout between
     // min-request-timeout and twice it).
     for c in 2..=12 {
@@ -170,5 +176,213 @@ async fn expiring_watches_resume_without_relisting() -> Result<()> {
         "the watch was re-established {restarts} times"
     );
     assert_eq!(op.metric("event_series_watch_relists_total"), 0.0);
+    ns.cleanup().await
+}
+
+/// SPEC Heartbeat: the stored object changes every `heartbeatInterval` while the loop lasts, so an
+/// Ongoing series outlives an `--event-ttl` shorter than the loop, while the raw events expire.
+#[tokio::test]
+async fn heartbeats_keep_a_series_alive_past_the_event_ttl() -> Result<()> {
+    let cluster = Dedicated::start(
+        "ttl",
+        &[
+            ("EVENT_TTL", "5s"),
+            ("APISERVER_EXTRA_ARGS", "--lease-reuse-duration-seconds=1"),
+        ],
+    )?;
+    let client = client_for(&cluster.kubeconfig).await?;
+    let ns = TestNamespace::new(&client, "ttl").await?;
+    let _op = Operator::start_on(
+        &cluster.kubeconfig,
+        &ns.name,
+        &[
+            "--finish-after",
+            "6s",
+            "--series-window",
+            "6s",
+            "--heartbeat-interval",
+            "2s",
+        ],
+    )?;
+    let raw: Api<CoreEvent> = Api::namespaced(client.clone(), &ns.name);
+    let series: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), &ns.name);
+    // A controller-style loop: one new raw event per second for 16 s, each expiring 5 s later.
+    let mut versions = std::collections::BTreeSet::new();
+    let mut name = None;
+    for i in 0..16 {
+        legacy_loop(&raw, &ns.name, &format!("occurrence-{i}"), "web-0", 1).await?;
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        let objs = crate::operator::series(&client, &ns.name).await?;
+        if let Some(o) = objs.first() {
+            name = o.metadata.name.clone();
+            versions.extend(o.metadata.resource_version.clone());
+        }
+    }
+    let alive_raw = raw.list(&Default::default()).await?.items.len();
+    assert!(
+        alive_raw < 16,
+        "raw events expire with the TTL ({alive_raw} of 16 left)"
+    );
+    let name = name.expect("a series object was created");
+    let current = series.get(&name).await?;
+    assert_eq!(state(&current), "Ongoing", "the series outlived the 5s TTL");
+    assert!(
+        versions.len() >= 5,
+        "heartbeats changed the object {} times",
+        versions.len()
+    );
+    // Each raw event here is a separate object with the same key, so the count keeps up with all 16.
+    wait_for(
+        &client,
+        &ns.name,
+        "all 16 occurrences in the series",
+        |objs| objs.iter().any(|e| count(e) == 16),
+    )
+    .await?;
+    ns.cleanup().await
+}
+
+/// Retries a request the throttled apiserver answered 429 (the test's own load must get through).
+async fn until_accepted<T, F, Fut>(mut call: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = kube::Result<T>>,
+{
+    loop {
+        match call().await {
+            Err(kube::Error::Api(s)) if s.code == 429 => {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await
+            }
+            other => return Ok(other?),
+        }
+    }
+}
+
+/// SPEC Writes: under 429s (max-inflight limits far below the storm, priority and fairness off so the
+/// apiserver rejects instead of queueing) the operator backs off and the final counts are still exact.
+#[tokio::test]
+async fn throttled_writes_back_off_and_lose_nothing() -> Result<()> {
+    let cluster = Dedicated::start(
+        "throttled",
+        &[(
+            "APISERVER_EXTRA_ARGS",
+            "--enable-priority-and-fairness=false --max-requests-inflight=1 \
+             --max-mutating-requests-inflight=1",
+        )],
+    )?;
+    let client = client_for(&cluster.kubeconfig).await?;
+    let ns = TestNamespace::new(&client, "throttled").await?;
+    // As a ServiceAccount: the admin (system:masters) is exempt from inflight limits.
+    let as_sa = crate::fixture::service_account_kubeconfig(
+        &client,
+        &cluster.kubeconfig,
+        &ns.name,
+        "event-series",
+        crate::fixture::operator_rules(),
+    )
+    .await?;
+    let op = Operator::start_on(
+        &as_sa,
+        &ns.name,
+        // A window wider than any delay the throttled writers can suffer, so that each loop is one
+        // series; a heartbeat every second so that the operator writes a lot.
+        &[
+            "--finish-after",
+            "15s",
+            "--series-window",
+            "300s",
+            "--heartbeat-interval",
+            "1s",
+        ],
+    )?;
+    // 24 legacy-style loops written concurrently, also by a non-admin, so that they count against the
+    // inflight limit: far more concurrent writes than the apiserver admits.
+    let emitter = crate::fixture::service_account_kubeconfig(
+        &client,
+        &cluster.kubeconfig,
+        &ns.name,
+        "emitter",
+        vec![k8s_openapi::api::rbac::v1::PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["events".into()]),
+            verbs: vec!["create".into(), "patch".into()],
+            ..Default::default()
+        }],
+    )
+    .await?;
+    let emitter = client_for(&emitter).await?;
+    const LOOPS: usize = 24;
+    const OCCURRENCES: i32 = 30;
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..LOOPS {
+        let api: Api<CoreEvent> = Api::namespaced(emitter.clone(), &ns.name);
+        let ns = ns.name.clone();
+        tasks.spawn(async move {
+            let name = format!("loop-{i}");
+            let now = || Time(k8s_openapi::jiff::Timestamp::now());
+            let mut ev = CoreEvent {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    namespace: Some(ns.clone()),
+                    ..Default::default()
+                },
+                involved_object: ObjectReference {
+                    kind: Some("Pod".into()),
+                    namespace: Some(ns),
+                    name: Some(format!("pod-{i}")),
+                    uid: Some(format!("uid-{i}")),
+                    ..Default::default()
+                },
+                reason: Some("BackOff".into()),
+                type_: Some("Warning".into()),
+                count: Some(1),
+                first_timestamp: Some(now()),
+                last_timestamp: Some(now()),
+                ..Default::default()
+            };
+            let (pp, patch_params) = (PostParams::default(), PatchParams::default());
+            until_accepted(|| api.create(&pp, &ev)).await?;
+            for c in 2..=OCCURRENCES {
+                ev.count = Some(c);
+                let patch = Patch::Merge(serde_json::json!({"count": c, "lastTimestamp": now()}));
+                until_accepted(|| api.patch(&name, &patch_params, &patch)).await?;
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            anyhow::Ok(())
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done??;
+    }
+    let total = (LOOPS as u64) * OCCURRENCES as u64;
+    let done = wait_for(
+        &client,
+        &ns.name,
+        "every loop Finished with its count",
+        |objs| {
+            objs.len() == LOOPS
+                && objs.iter().all(|e| state(e) == "Finished")
+                && objs.iter().all(|e| count(e) == OCCURRENCES as u64)
+        },
+    )
+    .await?;
+    assert_eq!(done.iter().map(count).sum::<u64>(), total);
+    assert_eq!(op.metric("event_series_occurrences_total"), total as f64);
+    assert_eq!(
+        op.metric("event_series_dropped_total{reason=\"lone\"}"),
+        0.0
+    );
+    let throttled = op.metric("event_series_api_requests_total{verb=\"create\",code=\"429\"}")
+        + op.metric("event_series_api_requests_total{verb=\"update\",code=\"429\"}");
+    println!("{LOOPS} loops, {total} occurrences; operator writes answered 429: {throttled}");
+    assert!(
+        throttled > 0.0,
+        "the storm was meant to throttle the operator's writes"
+    );
+    assert_eq!(
+        op.metric("event_series_dropped_total{reason=\"rejected\"}"),
+        0.0
+    );
     ns.cleanup().await
 }

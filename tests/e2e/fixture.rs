@@ -158,3 +158,110 @@ pub fn kubectl_on(kubeconfig: &Path, args: &[&str]) -> Result<String> {
     }
     Ok(String::from_utf8(out.stdout)?)
 }
+
+/// A kubeconfig that acts as ServiceAccount `name` in `namespace`, bound to a Role with `rules` there,
+/// using a token from the TokenRequest API: how to run the operator as something other than the
+/// admin (whose group, system:masters, is exempt from the apiserver's inflight limits and RBAC).
+pub async fn service_account_kubeconfig(
+    client: &Client,
+    admin_kubeconfig: &Path,
+    namespace: &str,
+    name: &str,
+    rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule>,
+) -> Result<PathBuf> {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding, RoleRef, Subject};
+    let meta = || ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: Some(namespace.to_owned()),
+        ..Default::default()
+    };
+    let pp = PostParams::default();
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+    sas.create(
+        &pp,
+        &ServiceAccount {
+            metadata: meta(),
+            ..Default::default()
+        },
+    )
+    .await?;
+    Api::<Role>::namespaced(client.clone(), namespace)
+        .create(
+            &pp,
+            &Role {
+                metadata: meta(),
+                rules: Some(rules),
+            },
+        )
+        .await?;
+    Api::<RoleBinding>::namespaced(client.clone(), namespace)
+        .create(
+            &pp,
+            &RoleBinding {
+                metadata: meta(),
+                role_ref: RoleRef {
+                    api_group: Some("rbac.authorization.k8s.io".into()),
+                    kind: "Role".into(),
+                    name: name.to_owned(),
+                },
+                subjects: Some(vec![Subject {
+                    kind: "ServiceAccount".into(),
+                    name: name.to_owned(),
+                    namespace: Some(namespace.to_owned()),
+                    ..Default::default()
+                }]),
+            },
+        )
+        .await?;
+    let token = sas
+        .create_token_request(name, &pp, &Default::default())
+        .await?
+        .status
+        .and_then(|s| s.token)
+        .context("TokenRequest returned no token")?;
+    let admin = Kubeconfig::read_from(admin_kubeconfig)?;
+    let cluster = admin
+        .clusters
+        .first()
+        .and_then(|c| c.cluster.clone())
+        .context("admin kubeconfig has no cluster")?;
+    let server = cluster.server.clone().context("no server")?;
+    let ca = cluster
+        .certificate_authority_data
+        .clone()
+        .map(|d| format!("    certificate-authority-data: {d}\n"))
+        .or_else(|| {
+            cluster
+                .certificate_authority
+                .clone()
+                .map(|f| format!("    certificate-authority: {f}\n"))
+        })
+        .unwrap_or_default();
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n{ca}\
+         users:\n- name: u\n  user:\n    token: {token}\ncontexts:\n- name: x\n  context:\n    \
+         cluster: c\n    user: u\ncurrent-context: x\n"
+    );
+    let path = admin_kubeconfig.with_file_name(format!("kubeconfig-{namespace}-{name}"));
+    std::fs::write(&path, text)?;
+    Ok(path)
+}
+
+/// The namespaced permissions `event-series run --namespace` needs.
+pub fn operator_rules() -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
+    use k8s_openapi::api::rbac::v1::PolicyRule;
+    let rule = |group: &str, verbs: &[&str]| PolicyRule {
+        api_groups: Some(vec![group.to_owned()]),
+        resources: Some(vec!["events".into()]),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        ..Default::default()
+    };
+    vec![
+        rule("", &["list", "watch"]),
+        rule(
+            "events.k8s.io",
+            &["get", "list", "watch", "create", "update", "patch"],
+        ),
+    ]
+}
