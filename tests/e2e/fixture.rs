@@ -259,9 +259,6 @@ pub fn operator_rules() -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
     };
     vec![
         rule("", &["list", "watch"]),
-        rule(
-            "events.k8s.io",
-            &["get", "list", "watch", "create", "update", "patch"],
-        ),
+        rule("events.k8s.io", &["list", "create", "update"]),
     ]
 }
