@@ -12,6 +12,7 @@ test: lint
     set -euo pipefail
     export ENVTEST_DIR="$PWD/target/envtest-e2e"
     trap 'bash hack/cluster-down.sh' EXIT
+    bash hack/build-envtest.sh   # apiserver, etcd, kubectl and the client-go emitter
     bash hack/cluster-up.sh
     EVENT_SERIES_E2E_KUBECONFIG="$ENVTEST_DIR/kubeconfig" cargo test --all-targets
 

@@ -368,7 +368,32 @@ async fn throttled_writes_back_off_and_lose_nothing() -> Result<()> {
                 && objs.iter().all(|e| count(e) == OCCURRENCES as u64)
         },
     )
-    .await?;
+    .await;
+    let done = match done {
+        Ok(done) => done,
+        Err(e) => {
+            // What the raw events hold and what the operator counted, to tell a lost watch event from
+            // an engine decision.
+            let raw: Api<CoreEvent> = Api::namespaced(client.clone(), &ns.name);
+            for ev in raw.list(&Default::default()).await?.items {
+                eprintln!(
+                    "raw {:?} count={:?} rv={:?}",
+                    ev.metadata.name, ev.count, ev.metadata.resource_version
+                );
+            }
+            for name in [
+                "event_series_occurrences_total",
+                "event_series_series_started_total",
+                "event_series_watch_restarts_total",
+                "event_series_watch_relists_total",
+                "event_series_dropped_total{reason=\"lone\"}",
+                "event_series_dropped_total{reason=\"stale\"}",
+            ] {
+                eprintln!("{name} {}", op.metric(name));
+            }
+            return Err(e);
+        }
+    };
     assert_eq!(done.iter().map(count).sum::<u64>(), total);
     assert_eq!(op.metric("event_series_occurrences_total"), total as f64);
     assert_eq!(

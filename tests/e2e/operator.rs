@@ -28,6 +28,14 @@ pub fn emit(ns: &str, args: &[&str]) -> Result<Vec<Truth>> {
 
 /// Runs the client-go emitter to completion and returns its ground truth.
 pub fn emit_on(kubeconfig: &std::path::Path, ns: &str, args: &[&str]) -> Result<Vec<Truth>> {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    BUILT.call_once(|| {
+        // Builds it when missing or stale; a no-op otherwise.
+        let _ = Command::new("bash")
+            .arg(repo_root().join("hack/build-envtest.sh"))
+            .arg("emitter")
+            .status();
+    });
     let bin = repo_root().join("target/envtest/bin/emitter");
     let out = Command::new(&bin)
         .arg("--kubeconfig")
