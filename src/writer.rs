@@ -289,13 +289,19 @@ impl Writer {
                 }
                 return;
             }
-            let wake = self
-                .pending
-                .values()
-                .filter(|p| !p.in_flight)
-                .map(|p| p.not_before)
-                .min()
-                .unwrap_or(now + Duration::from_secs(3600));
+            // With every slot busy, only a finished write (or a new intent) can make progress: waking
+            // for a pending write that is already due would spin.
+            let idle = now + Duration::from_secs(3600);
+            let wake = if in_flight.len() >= self.config.concurrency {
+                idle
+            } else {
+                self.pending
+                    .values()
+                    .filter(|p| !p.in_flight)
+                    .map(|p| p.not_before)
+                    .min()
+                    .unwrap_or(idle)
+            };
             let wake = deadline.map_or(wake, |d| wake.min(d));
             tokio::select! {
                 intent = intents.recv(), if open => match intent {
