@@ -4,8 +4,8 @@
 use crate::fixture::{Dedicated, TestNamespace, client_for, kubectl_on};
 use crate::operator::{Operator, count, state, wait_for};
 use anyhow::Result;
-use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, ObjectReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::api::core::v1::Event as CoreEvent;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use std::path::Path;
 use std::time::Instant;
@@ -35,32 +35,7 @@ async fn legacy_loop(
     occurrences: i32,
 ) -> Result<()> {
     let now = || Time(k8s_openapi::jiff::Timestamp::now());
-    let ev = CoreEvent {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(ns.into()),
-            ..Default::default()
-        },
-        involved_object: ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            namespace: Some(ns.into()),
-            name: Some(pod.into()),
-            uid: Some(format!("uid-{pod}")),
-            ..Default::default()
-        },
-        reason: Some("BackOff".into()),
-        message: Some("Back-off restarting failed container".into()),
-        type_: Some("Warning".into()),
-        source: Some(EventSource {
-            component: Some("kubelet".into()),
-            host: Some("node-1".into()),
-        }),
-        count: Some(1),
-        first_timestamp: Some(now()),
-        last_timestamp: Some(now()),
-        ..Default::default()
-    };
+    let ev = crate::fixture::kubelet_backoff(ns, name, pod, 1);
     api.create(&PostParams::default(), &ev).await?;
     for c in 2..=occurrences {
         let patch = serde_json::json!({"count": c, "lastTimestamp": now()});
@@ -323,26 +298,7 @@ async fn throttled_writes_back_off_and_lose_nothing() -> Result<()> {
         tasks.spawn(async move {
             let name = format!("loop-{i}");
             let now = || Time(k8s_openapi::jiff::Timestamp::now());
-            let mut ev = CoreEvent {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    namespace: Some(ns.clone()),
-                    ..Default::default()
-                },
-                involved_object: ObjectReference {
-                    kind: Some("Pod".into()),
-                    namespace: Some(ns),
-                    name: Some(format!("pod-{i}")),
-                    uid: Some(format!("uid-{i}")),
-                    ..Default::default()
-                },
-                reason: Some("BackOff".into()),
-                type_: Some("Warning".into()),
-                count: Some(1),
-                first_timestamp: Some(now()),
-                last_timestamp: Some(now()),
-                ..Default::default()
-            };
+            let mut ev = crate::fixture::kubelet_backoff(&ns, &name, &format!("pod-{i}"), 1);
             let (pp, patch_params) = (PostParams::default(), PatchParams::default());
             until_accepted(|| api.create(&pp, &ev)).await?;
             for c in 2..=OCCURRENCES {

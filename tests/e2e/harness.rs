@@ -7,12 +7,9 @@ use event_series::key;
 use event_series::mapping::to_event;
 use event_series::settings::Settings;
 use k8s_openapi::api::authentication::v1::TokenRequest;
-use k8s_openapi::api::core::v1::{
-    Event as CoreEvent, EventSource, ObjectReference, Secret, ServiceAccount,
-};
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 
 #[tokio::test]
@@ -31,34 +28,7 @@ async fn series_object_round_trips_through_events_k8s_io_v1() -> anyhow::Result<
     let client = client().await?;
     let ns = TestNamespace::new(&client, "round_trip").await?;
     let now = Utc::now();
-    let ts = Timestamp::new(now.timestamp(), 0)?;
-    let raw = CoreEvent {
-        metadata: ObjectMeta {
-            name: Some("web-0.raw".into()),
-            namespace: Some(ns.name.clone()),
-            uid: Some("raw-uid".into()),
-            ..Default::default()
-        },
-        involved_object: ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            namespace: Some(ns.name.clone()),
-            name: Some("web-0".into()),
-            uid: Some("pod-uid".into()),
-            ..Default::default()
-        },
-        reason: Some("BackOff".into()),
-        message: Some("Back-off restarting failed container".into()),
-        type_: Some("Warning".into()),
-        source: Some(EventSource {
-            component: Some("kubelet".into()),
-            host: Some("node-1".into()),
-        }),
-        count: Some(3),
-        first_timestamp: Some(Time(ts)),
-        last_timestamp: Some(Time(ts)),
-        ..Default::default()
-    };
+    let raw = crate::fixture::kubelet_backoff(&ns.name, "web-0.raw", "web-0", 3);
     let mut engine = Engine::with_settings(Settings::default());
     engine.observe(now, &key::observe(&raw)?);
     let created = engine.take_intents();

@@ -451,8 +451,7 @@ async fn new_style_events_fold_by_series_count() -> Result<()> {
 /// valid series object, none is rejected by the API.
 #[tokio::test]
 async fn odd_raw_events_become_valid_series_objects() -> Result<()> {
-    use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, ObjectReference};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
     use kube::api::PostParams;
     let client = client().await?;
     let ns = TestNamespace::new(&client, "odd_input").await?;
@@ -467,33 +466,8 @@ async fn odd_raw_events_become_valid_series_objects() -> Result<()> {
             "1h",
         ],
     )?;
-    let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let base = |name: &str| CoreEvent {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(ns.name.clone()),
-            ..Default::default()
-        },
-        involved_object: ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            namespace: Some(ns.name.clone()),
-            name: Some(format!("pod-{name}")),
-            uid: Some(format!("uid-{name}")),
-            ..Default::default()
-        },
-        reason: Some("BackOff".into()),
-        message: Some("Back-off".into()),
-        type_: Some("Warning".into()),
-        source: Some(EventSource {
-            component: Some("kubelet".into()),
-            host: Some("node-1".into()),
-        }),
-        count: Some(3),
-        first_timestamp: Some(now.clone()),
-        last_timestamp: Some(now.clone()),
-        ..Default::default()
-    };
+    let base =
+        |name: &str| crate::fixture::kubelet_backoff(&ns.name, name, &format!("pod-{name}"), 3);
     let mut odd = Vec::new();
     let mut e = base("no-source");
     e.source = None;
