@@ -29,6 +29,10 @@ lint:
     cargo fmt --all -- --check
     cargo clippy --all-targets -- -D warnings
 
+# Regenerate crds/ from the Rust types (a test fails when they differ).
+crds:
+    cargo run --quiet -- crd > crds/eventseries.dev_eventseriespolicies.yaml
+
 # Format the code.
 fmt:
     cargo fmt --all
@@ -41,3 +45,7 @@ build:
 bench:
     cargo bench --bench engine
     cargo bench --bench memory
+
+# A newcomer's first command: local apiserver, the manifests, the operator, a crash-loop storm, the series. DEMO_SECONDS=n stops after n s.
+demo:
+    bash hack/demo.sh

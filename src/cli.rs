@@ -58,9 +58,21 @@ pub struct RunArgs {
     /// Client-side burst of API writes.
     #[arg(long, default_value_t = 100)]
     pub burst: u32,
-    /// This replica's identity: reportingInstance and Lease holder (the pod name in a Deployment).
+    /// This replica's identity, the Lease holder (the pod name in a Deployment; default: the host name).
     #[arg(long, env = "POD_NAME")]
     pub instance: Option<String>,
+    /// Run only while holding a coordination.k8s.io/v1 Lease, so that several replicas can run.
+    #[arg(long, env = "EVENT_SERIES_LEADER_ELECT")]
+    pub leader_elect: bool,
+    /// Name of the Lease.
+    #[arg(long, default_value = "event-series")]
+    pub lease_name: String,
+    /// Namespace of the Lease (default: the pod's namespace, from POD_NAMESPACE or the service account).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+    /// How long the Lease stays valid after a renewal: the longest a standby waits for a dead leader.
+    #[arg(long, default_value = "15s")]
+    pub lease_duration: String,
     /// Watch and write in this namespace only (default: the whole cluster).
     #[arg(long)]
     pub namespace: Option<String>,

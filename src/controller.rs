@@ -1,9 +1,10 @@
-//! The controller: the imperative shell around the engine. It rebuilds the engine from the operator's
-//! own series objects, feeds it the raw-event watch and a clock tick, and hands its intents to the
-//! writer task.
+//! The controller: the imperative shell around the engine. It waits for the policies and namespace
+//! labels, rebuilds the engine from the operator's own series objects, feeds it the raw-event watch,
+//! policy changes and a clock tick, and hands its intents to the writer task.
 //!
 //! ```text
-//!  list own series (paginated) ──restore──▶ ┌────────┐
+//!  policies + namespace labels (watch) ────▶ ┌────────┐             policy status writer
+//!  list own series (paginated) ──restore──▶ │        │
 //!  raw list (buffered, time-ordered) ──────▶ │ engine │──intents──▶ writer task ──▶ events.k8s.io/v1
 //!  raw watch: applied / deleted / bookmark ─▶ │ (pure) │
 //!  tick every second ──────────────────────▶ └────────┘
@@ -13,8 +14,10 @@ use crate::engine::{Engine, EngineConfig};
 use crate::key::{self, RawId};
 use crate::mapping::managed_selector;
 use crate::metrics::Metrics;
+use crate::policies::{self, Changed, PolicyState, StatusWriter};
+use crate::policy::{EventSeriesPolicy, EventSeriesPolicyStatus, Resolved};
 use crate::recovery;
-use crate::settings::PolicySet;
+use crate::settings::Settings;
 use crate::watch::{Step, raw_events};
 use crate::writer::{Writer, WriterConfig};
 use chrono::Utc;
@@ -22,14 +25,17 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
+use kube::runtime::watcher;
 use kube::{Client, Resource};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use tokio::sync::mpsc::UnboundedSender;
 
 #[derive(Clone, Debug)]
 pub struct ControllerConfig {
-    pub policies: PolicySet,
+    /// Settings of the namespaces no EventSeriesPolicy selects.
+    pub defaults: Settings,
     /// Watch one namespace instead of the whole cluster.
     pub namespace: Option<String>,
     pub writer: WriterConfig,
@@ -114,15 +120,113 @@ fn observe(engine: &mut Engine, metrics: &Metrics, ev: &CoreEvent) {
     }
 }
 
-/// Runs until `shutdown` resolves, then flushes pending writes for at most `config.drain`.
+fn on_policy_event(
+    state: &mut PolicyState,
+    event: Option<Result<watcher::Event<EventSeriesPolicy>, watcher::Error>>,
+) -> anyhow::Result<Changed> {
+    match event {
+        None => anyhow::bail!("policy watch ended"),
+        Some(Ok(ev)) => Ok(state.on_policy(ev)),
+        Some(Err(e)) if policies::crd_missing(&e) => {
+            if !state.policies_listed {
+                tracing::warn!(
+                    "the EventSeriesPolicy CRD is not installed: the defaults apply to \
+                    every namespace until it is"
+                );
+                state.policies_unavailable();
+            }
+            Ok(Changed::default())
+        }
+        Some(Err(e)) => {
+            tracing::warn!(error = %e, "policy watch failed; retrying");
+            Ok(Changed::default())
+        }
+    }
+}
+
+fn on_namespace_event(
+    state: &mut PolicyState,
+    event: Option<
+        Result<
+            watcher::Event<kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>,
+            watcher::Error,
+        >,
+    >,
+) -> anyhow::Result<Changed> {
+    match event {
+        None => anyhow::bail!("namespace watch ended"),
+        Some(Ok(ev)) => Ok(state.on_namespace(ev)),
+        Some(Err(e)) => {
+            tracing::warn!(error = %e, "namespace watch failed; retrying");
+            Ok(Changed::default())
+        }
+    }
+}
+
+/// Hands every status that changed to the status writer.
+fn publish_statuses(
+    state: &mut PolicyState,
+    resolved: &Resolved,
+    tx: &UnboundedSender<(String, EventSeriesPolicyStatus)>,
+) {
+    let now =
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+    for update in state.status_updates(resolved, now) {
+        let _ = tx.send(update);
+    }
+}
+
+fn log_policies(resolved: &Resolved) {
+    for (name, verdict) in &resolved.verdicts {
+        match verdict {
+            Ok(()) => tracing::info!(policy = %name, "policy applied"),
+            Err(e) => tracing::warn!(policy = %name, error = %e, "policy not applied"),
+        }
+    }
+}
+
+/// Why the controller stops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// SIGTERM: flush pending writes for at most `drain`.
+    Graceful,
+    /// Another replica leads now and owns the series: stop writing at once.
+    LeadershipLost,
+}
+
+/// Runs until `shutdown` resolves, then flushes pending writes for at most `config.drain` (none when
+/// leadership was lost).
 pub async fn run(
     client: Client,
     config: ControllerConfig,
     metrics: Arc<Metrics>,
     ready: Arc<AtomicBool>,
-    shutdown: impl std::future::Future<Output = ()>,
-) -> anyhow::Result<()> {
-    let mut engine = Engine::new(config.policies.clone(), EngineConfig::default());
+    shutdown: impl std::future::Future<Output = Stop>,
+) -> anyhow::Result<Stop> {
+    // Policies and namespace labels first: restored and replayed series must land in the right policy.
+    let mut state = PolicyState::new(config.defaults.clone());
+    let mut policy_events = Box::pin(policies::policy_events(&client));
+    let mut namespace_events = Box::pin(policies::namespace_events(
+        &client,
+        config.namespace.as_deref(),
+    ));
+    tokio::pin!(shutdown);
+    while !(state.policies_listed && state.namespaces_listed) {
+        tokio::select! {
+            ev = policy_events.next() => { on_policy_event(&mut state, ev)?; }
+            ev = namespace_events.next() => { on_namespace_event(&mut state, ev)?; }
+            stop = &mut shutdown => return Ok(stop),
+        }
+    }
+    let mut resolved = state.resolve();
+    log_policies(&resolved);
+    let status_tx = StatusWriter::spawn(client.clone());
+    publish_statuses(&mut state, &resolved, &status_tx);
+    let mut engine = Engine::new(resolved.set.clone(), EngineConfig::default());
+    let now = Utc::now();
+    for (ns, labels) in state.namespaces() {
+        engine.set_namespace_labels(now, ns, labels.clone());
+    }
     engine.begin_recovery();
     let own: Api<Event> = scoped(&client, &config.namespace);
     let restored = restore_own_series(&own, &mut engine, &metrics).await?;
@@ -144,7 +248,7 @@ pub async fn run(
     let mut first_list: Option<Vec<Box<CoreEvent>>> = Some(Vec::new());
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    tokio::pin!(shutdown);
+    let stop;
     loop {
         tokio::select! {
             step = steps.next() => {
@@ -216,8 +320,29 @@ pub async fn run(
                     }
                 }
             }
+            ev = policy_events.next() => {
+                if on_policy_event(&mut state, ev)?.policies {
+                    resolved = state.resolve();
+                    log_policies(&resolved);
+                    engine.set_policies(Utc::now(), resolved.set.clone());
+                }
+                publish_statuses(&mut state, &resolved, &status_tx);
+            }
+            ev = namespace_events.next() => {
+                let changed = on_namespace_event(&mut state, ev)?;
+                if !changed.namespaces.is_empty() {
+                    let now = Utc::now();
+                    for (ns, labels) in changed.namespaces {
+                        engine.set_namespace_labels(now, &ns, labels);
+                    }
+                    publish_statuses(&mut state, &resolved, &status_tx);
+                }
+            }
             _ = tick.tick() => engine.tick(Utc::now()),
-            _ = &mut shutdown => break,
+            s = &mut shutdown => {
+                stop = s;
+                break;
+            }
         }
         for intent in engine.take_intents() {
             tracing::debug!(kind = ?intent.kind, name = %intent.series.name, count = intent.series.count, "intent");
@@ -226,8 +351,13 @@ pub async fn run(
         }
         metrics.observe_engine(engine.stats(), engine.active_series());
     }
-    tracing::info!("shutting down: flushing pending writes");
     drop(tx);
-    writer.await?;
-    Ok(())
+    match stop {
+        Stop::Graceful => {
+            tracing::info!("shutting down: flushing pending writes");
+            writer.await?;
+        }
+        Stop::LeadershipLost => writer.abort(),
+    }
+    Ok(stop)
 }

@@ -1,12 +1,13 @@
 use anyhow::{Context, bail};
 use clap::Parser;
 use event_series::cli::{Cli, Command, LogFormat, RunArgs};
-use event_series::controller::{self, ControllerConfig};
+use event_series::controller::{self, ControllerConfig, Stop};
+use event_series::leader::{Election, LeaseConfig};
 use event_series::metrics::Metrics;
-use event_series::settings::{PolicySet, Settings, parse_duration};
+use event_series::settings::{Settings, parse_duration};
 use event_series::writer::WriterConfig;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> anyhow::Result<()> {
@@ -18,7 +19,10 @@ fn main() -> anyhow::Result<()> {
                 .build()?;
             runtime.block_on(run(*args))
         }
-        Command::Crd => bail!("`event-series crd` is not implemented yet"),
+        Command::Crd => {
+            print!("{}", event_series::policy::crd_yaml()?);
+            Ok(())
+        }
     }
 }
 
@@ -74,6 +78,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     // The writer and the watch own retries (backoff with jitter, Retry-After, coalescing while
     // waiting, metrics per answer); kube's built-in retry of 429/503 would hide them.
     kube_config.default_retry = false;
+    let lease_namespace = args
+        .lease_namespace
+        .clone()
+        .unwrap_or_else(|| kube_config.default_namespace.clone());
     let client = kube::Client::try_from(kube_config).context("building the API client")?;
     let metrics = Arc::new(Metrics::default());
     let ready = Arc::new(AtomicBool::new(false));
@@ -86,7 +94,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     .with_context(|| format!("binding --metrics-addr {}", args.metrics_addr))?;
     tracing::info!(metrics_addr = %bound, namespace = ?args.namespace, "event-series starting");
     let config = ControllerConfig {
-        policies: PolicySet::uniform(settings),
+        defaults: settings,
         namespace: args.namespace,
         writer: WriterConfig {
             qps: args.qps,
@@ -96,7 +104,61 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         drain,
         watch_timeout_secs,
     };
-    controller::run(client, config, metrics, ready, shutdown_signal()).await?;
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    let mut election = None;
+    if args.leader_elect {
+        let lease = LeaseConfig {
+            name: args.lease_name.clone(),
+            namespace: lease_namespace,
+            identity: args.instance.clone().unwrap_or_else(default_identity),
+            duration: parse_duration("--lease-duration", &args.lease_duration)?
+                .to_std()
+                .context("--lease-duration")?,
+        };
+        let mut e = Election::join(client.clone(), &lease).await?;
+        // A standby is healthy and ready: it has nothing to serve until it leads.
+        ready.store(true, Ordering::Relaxed);
+        tracing::info!(lease = %lease.name, namespace = %lease.namespace, identity = %lease.identity,
+            "waiting for leadership");
+        tokio::select! {
+            acquired = e.acquired() => acquired?,
+            _ = &mut shutdown => {
+                e.release().await;
+                return Ok(());
+            }
+        }
+        tracing::info!(identity = %lease.identity, "leading: rebuilding the series state");
+        ready.store(false, Ordering::Relaxed);
+        election = Some(e);
+    }
+    let stop = async {
+        let lost = async {
+            match election.as_mut() {
+                Some(e) => e.lost().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = &mut shutdown => Stop::Graceful,
+            _ = lost => Stop::LeadershipLost,
+        }
+    };
+    let stopped = controller::run(client, config, metrics, ready, stop).await?;
+    if let Some(e) = election {
+        e.release().await;
+    }
+    if stopped == Stop::LeadershipLost {
+        bail!("leadership lost: exiting so that this replica restarts as a standby");
+    }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The host name (the pod name in Kubernetes), else something unique to this process.
+fn default_identity() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| format!("event-series-{}", std::process::id()))
 }

@@ -20,6 +20,22 @@ pub struct DropLabels {
     pub reason: String,
 }
 
+/// Every `reason` of `dropped_total`, exported at 0 from the start so that rates and alerts on them
+/// work before the first drop.
+pub const DROP_REASONS: &[&str] = &[
+    "lone",
+    "filtered",
+    "stale",
+    "series_evicted",
+    "candidate_evicted",
+    "raw_evicted",
+    "rejected",
+    "unreadable_series",
+    "missing_name",
+    "missing_namespace",
+    "no_timestamp",
+];
+
 /// Every metric the operator exports.
 #[derive(Default)]
 pub struct Metrics {
@@ -98,6 +114,9 @@ impl Metrics {
             "Occurrences, events or writes not turned into series, by reason",
             metrics.dropped.clone(),
         );
+        for reason in DROP_REASONS {
+            metrics.dropped(reason, 0);
+        }
         r
     }
 
@@ -196,6 +215,7 @@ mod tests {
             "event_series_watch_restarts_total 0",
             "event_series_series_started_total 0",
             "event_series_series_finished_total 0",
+            "event_series_dropped_total{reason=\"rejected\"} 0",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

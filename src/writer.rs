@@ -4,8 +4,9 @@
 //! - Pending writes are keyed by object; a newer intent for the same series replaces the older one
 //!   (latest state wins), so a backoff never loses counts and never multiplies writes.
 //! - A client-side rate limit (QPS and burst, `governor`) paces every request.
-//! - What to do after each answer is decided by [`next`], a pure function: 409 on create → replace
-//!   (the object exists: a repeated create); 404 on replace → create (the object vanished: TTL or
+//! - Heartbeats and finishes are JSON merge patches of the whole series object (RBAC verb `patch`).
+//! - What to do after each answer is decided by [`next`], a pure function: 409 on create → patch
+//!   (the object exists: a repeated create); 404 on patch → create (the object vanished: TTL or
 //!   deleted); 429, 5xx and transport errors → retry after exponential backoff with jitter (`backon`),
 //!   never sooner than the server's Retry-After; other 4xx → logged with the object, counted in
 //!   `dropped_total{reason="rejected"}`, not retried.
@@ -17,7 +18,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use k8s_openapi::api::events::v1::Event;
 use kube::Client;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -28,14 +29,14 @@ use tokio::time::Instant;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verb {
     Create,
-    Replace,
+    Patch,
 }
 
 impl Verb {
     pub fn as_str(self) -> &'static str {
         match self {
             Verb::Create => "create",
-            Verb::Replace => "update",
+            Verb::Patch => "patch",
         }
     }
 }
@@ -56,10 +57,10 @@ pub enum Next {
 pub fn next(verb: Verb, code: u16, retry_after: Option<Duration>, message: &str) -> Next {
     match (verb, code) {
         (_, 200..=299) => Next::Done,
-        (Verb::Create, 409) => Next::Then(Verb::Replace),
-        (Verb::Replace, 404) => Next::Then(Verb::Create),
+        (Verb::Create, 409) => Next::Then(Verb::Patch),
+        (Verb::Patch, 404) => Next::Then(Verb::Create),
         // An update conflict: write the latest state again.
-        (Verb::Replace, 409) => Next::Retry {
+        (Verb::Patch, 409) => Next::Retry {
             at_least: Duration::ZERO,
         },
         (_, 0 | 429 | 500..=599) => Next::Retry {
@@ -105,7 +106,7 @@ fn delays() -> backon::ExponentialBackoff {
 fn first_verb(kind: WriteKind) -> Verb {
     match kind {
         WriteKind::Create => Verb::Create,
-        WriteKind::Heartbeat | WriteKind::Finish(_) => Verb::Replace,
+        WriteKind::Heartbeat | WriteKind::Finish(_) => Verb::Patch,
     }
 }
 
@@ -193,8 +194,8 @@ impl Writer {
             limiter.until_ready().await;
             let result = match verb {
                 Verb::Create => api.create(&PostParams::default(), &object).await.map(drop),
-                Verb::Replace => api
-                    .replace(&key.1, &PostParams::default(), &object)
+                Verb::Patch => api
+                    .patch(&key.1, &PatchParams::default(), &Patch::Merge(&object))
                     .await
                     .map(drop),
             };
@@ -238,7 +239,7 @@ impl Writer {
                     self.pending.remove(&a.key);
                 } else {
                     // A newer state arrived meanwhile: the object exists now, update it.
-                    p.verb = Verb::Replace;
+                    p.verb = Verb::Patch;
                 }
             }
             Next::Then(verb) => p.verb = verb,
@@ -326,9 +327,9 @@ mod tests {
     fn answers_lead_to_the_spec_behaviour() {
         use Verb::*;
         assert_eq!(next(Create, 201, None, ""), Next::Done);
-        assert_eq!(next(Replace, 200, None, ""), Next::Done);
-        assert_eq!(next(Create, 409, None, "exists"), Next::Then(Replace));
-        assert_eq!(next(Replace, 404, None, "gone"), Next::Then(Create));
+        assert_eq!(next(Patch, 200, None, ""), Next::Done);
+        assert_eq!(next(Create, 409, None, "exists"), Next::Then(Patch));
+        assert_eq!(next(Patch, 404, None, "gone"), Next::Then(Create));
         let s = Duration::from_secs(3);
         assert_eq!(
             next(Create, 429, Some(s), ""),
@@ -336,11 +337,11 @@ mod tests {
             "429 honours Retry-After"
         );
         for code in [0, 500, 503, 504] {
-            assert!(matches!(next(Replace, code, None, ""), Next::Retry { .. }));
+            assert!(matches!(next(Patch, code, None, ""), Next::Retry { .. }));
         }
         assert!(matches!(next(Create, 422, None, "invalid"), Next::Reject(m) if m.contains("422")));
         assert!(matches!(
-            next(Replace, 403, None, "forbidden"),
+            next(Patch, 403, None, "forbidden"),
             Next::Reject(_)
         ));
     }

@@ -38,6 +38,8 @@ fn help_lists_the_subcommands() {
         "--log-format",
         "--heartbeat-interval",
         "--finish-after",
+        "--leader-elect",
+        "--lease-namespace",
     ] {
         assert!(text.contains(flag), "{flag} missing from run --help");
     }
@@ -48,4 +50,22 @@ fn unknown_arguments_are_refused() {
     let out = cli(&["frobnicate"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("frobnicate"));
+}
+
+/// SPEC Install: `crds/` holds the generated CRD. Regenerate with `just crds`.
+#[test]
+fn crds_dir_matches_event_series_crd() {
+    let out = cli(&["crd"]);
+    assert!(out.status.success());
+    let generated = String::from_utf8(out.stdout).expect("UTF-8");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/crds/eventseries.dev_eventseriespolicies.yaml"
+    );
+    let committed = std::fs::read_to_string(path).expect("crds/ file");
+    assert!(
+        generated == committed,
+        "crds/ differs from `event-series crd`: run `just crds`"
+    );
+    assert!(generated.contains("kind: CustomResourceDefinition"));
 }

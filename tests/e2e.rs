@@ -4,9 +4,15 @@
 mod economy;
 #[path = "e2e/fixture.rs"]
 mod fixture;
+#[path = "e2e/ha.rs"]
+mod ha;
 #[path = "e2e/harness.rs"]
 mod harness;
+#[path = "e2e/install.rs"]
+mod install;
 #[path = "e2e/operator.rs"]
 mod operator;
+#[path = "e2e/policy.rs"]
+mod policy;
 #[path = "e2e/watch.rs"]
 mod watch;

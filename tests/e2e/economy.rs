@@ -5,6 +5,7 @@ use crate::fixture::{Dedicated, TestNamespace, client_for, kubectl_on};
 use crate::operator::{Operator, count, state, wait_for};
 use anyhow::Result;
 use k8s_openapi::api::core::v1::Event as CoreEvent;
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use std::path::Path;
@@ -84,7 +85,7 @@ async fn writes_per_series_are_independent_of_occurrences() -> Result<()> {
         writes >= 2 && writes <= 2 + heartbeats_at_most,
         "{writes} writes for one series over {elapsed}s (at most 2 + {heartbeats_at_most})"
     );
-    let own: f64 = ["create", "update"]
+    let own: f64 = ["create", "patch"]
         .iter()
         .map(|v| {
             op.metric(&format!(
@@ -236,9 +237,11 @@ where
 
 /// SPEC Writes: under 429s (max-inflight limits far below the storm, priority and fairness off so the
 /// apiserver rejects instead of queueing) the operator backs off and the final counts are still exact.
+///
+/// The emitters are throttled too, and without fairness one of them can be starved for longer than
+/// `finishAfter`: its loop then correctly becomes two series (Finished, then a new one). So counts are
+/// checked per loop (the sum over its objects), not per object.
 #[tokio::test]
-#[ignore = "intermittent: in 1 of 4 runs one of the 24 loops never became a series; under \
-            investigation (issue 4). Run with `cargo test --test e2e -- --ignored throttled`."]
 async fn throttled_writes_back_off_and_lose_nothing() -> Result<()> {
     let cluster = Dedicated::start(
         "throttled",
@@ -257,16 +260,18 @@ async fn throttled_writes_back_off_and_lose_nothing() -> Result<()> {
         &ns.name,
         "event-series",
         crate::fixture::operator_rules(),
+        crate::fixture::operator_cluster_rules(),
     )
     .await?;
     let op = Operator::start_on(
         &as_sa,
         &ns.name,
-        // A window wider than any delay the throttled writers can suffer, so that each loop is one
-        // series; a heartbeat every second so that the operator writes a lot.
+        // A window and a quiet time longer than the throttled emitters are usually starved, so that a
+        // loop is rarely split (a split is still counted right); a heartbeat every second so that the
+        // operator writes a lot.
         &[
             "--finish-after",
-            "15s",
+            "30s",
             "--series-window",
             "300s",
             "--heartbeat-interval",
@@ -286,6 +291,7 @@ async fn throttled_writes_back_off_and_lose_nothing() -> Result<()> {
             verbs: vec!["create".into(), "patch".into()],
             ..Default::default()
         }],
+        Vec::new(),
     )
     .await?;
     let emitter = client_for(&emitter).await?;
@@ -314,14 +320,23 @@ async fn throttled_writes_back_off_and_lose_nothing() -> Result<()> {
         done??;
     }
     let total = (LOOPS as u64) * OCCURRENCES as u64;
+    let per_loop = |objs: &[Event]| {
+        let mut sums = std::collections::BTreeMap::<String, u64>::new();
+        for e in objs {
+            let pod = e.regarding.as_ref().and_then(|r| r.name.clone());
+            *sums.entry(pod.unwrap_or_default()).or_default() += count(e);
+        }
+        sums
+    };
     let done = wait_for(
         &client,
         &ns.name,
         "every loop Finished with its count",
         |objs| {
-            objs.len() == LOOPS
+            let sums = per_loop(objs);
+            sums.len() == LOOPS
+                && sums.values().all(|c| *c == OCCURRENCES as u64)
                 && objs.iter().all(|e| state(e) == "Finished")
-                && objs.iter().all(|e| count(e) == OCCURRENCES as u64)
         },
     )
     .await;
@@ -351,13 +366,17 @@ async fn throttled_writes_back_off_and_lose_nothing() -> Result<()> {
         }
     };
     assert_eq!(done.iter().map(count).sum::<u64>(), total);
+    let split = done.len() - LOOPS;
+    if split > 0 {
+        println!("{split} loop(s) starved past finishAfter became two series, as specified");
+    }
     assert_eq!(op.metric("event_series_occurrences_total"), total as f64);
     assert_eq!(
         op.metric("event_series_dropped_total{reason=\"lone\"}"),
         0.0
     );
     let throttled = op.metric("event_series_api_requests_total{verb=\"create\",code=\"429\"}")
-        + op.metric("event_series_api_requests_total{verb=\"update\",code=\"429\"}");
+        + op.metric("event_series_api_requests_total{verb=\"patch\",code=\"429\"}");
     println!("{LOOPS} loops, {total} occurrences; operator writes answered 429: {throttled}");
     assert!(
         throttled > 0.0,

@@ -23,18 +23,44 @@ pub fn repo_root() -> PathBuf {
 pub fn kubeconfig() -> &'static Path {
     static KUBECONFIG: OnceLock<PathBuf> = OnceLock::new();
     KUBECONFIG.get_or_init(|| {
-        if let Ok(path) = std::env::var("EVENT_SERIES_E2E_KUBECONFIG") {
-            return PathBuf::from(path);
+        let path = match std::env::var("EVENT_SERIES_E2E_KUBECONFIG") {
+            Ok(path) => PathBuf::from(path),
+            Err(_) => {
+                let dir = repo_root().join("target/envtest-e2e");
+                let status = Command::new("bash")
+                    .arg(repo_root().join("hack/cluster-up.sh"))
+                    .env("ENVTEST_DIR", &dir)
+                    .status()
+                    .expect("hack/cluster-up.sh runs");
+                assert!(status.success(), "hack/cluster-up.sh failed: {status}");
+                dir.join("kubeconfig")
+            }
+        };
+        if let Err(e) = install_crd(&path) {
+            panic!("installing the EventSeriesPolicy CRD: {e:#}");
         }
-        let dir = repo_root().join("target/envtest-e2e");
-        let status = Command::new("bash")
-            .arg(repo_root().join("hack/cluster-up.sh"))
-            .env("ENVTEST_DIR", &dir)
-            .status()
-            .expect("hack/cluster-up.sh runs");
-        assert!(status.success(), "hack/cluster-up.sh failed: {status}");
-        dir.join("kubeconfig")
+        path
     })
+}
+
+/// Installs the generated EventSeriesPolicy CRD (`crds/`) and waits until it is served.
+pub fn install_crd(kubeconfig: &Path) -> Result<()> {
+    let crd = repo_root().join("crds/eventseries.dev_eventseriespolicies.yaml");
+    let crd = crd.to_string_lossy();
+    kubectl_on(
+        kubeconfig,
+        &["apply", "--server-side", "--force-conflicts", "-f", &crd],
+    )?;
+    kubectl_on(
+        kubeconfig,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/eventseriespolicies.eventseries.dev",
+        ],
+    )?;
+    Ok(())
 }
 
 /// A kube-rs client for the shared test cluster's admin.
@@ -73,10 +99,12 @@ impl Dedicated {
         if !status.success() {
             bail!("hack/cluster-up.sh for {name} failed: {status}");
         }
-        Ok(Dedicated {
+        let cluster = Dedicated {
             kubeconfig: dir.join("kubeconfig"),
             dir,
-        })
+        };
+        install_crd(&cluster.kubeconfig)?;
+        Ok(cluster)
     }
 }
 
@@ -141,6 +169,30 @@ pub fn kubectl(args: &[&str]) -> Result<String> {
     kubectl_on(kubeconfig(), args)
 }
 
+/// `kubectl apply --server-side -f -` of `yaml` on the cluster behind `kubeconfig`; stderr is the error.
+pub fn apply_on(kubeconfig: &Path, yaml: &str, extra: &[&str]) -> Result<String> {
+    use std::io::Write;
+    let mut child = Command::new(repo_root().join("target/envtest/bin/kubectl"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["apply", "--server-side", "-f", "-"])
+        .args(extra)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .context("kubectl stdin")?
+        .write_all(yaml.as_bytes())?;
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!("{}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8(out.stdout)?)
+}
+
 /// Runs `kubectl` against the cluster behind `kubeconfig`.
 pub fn kubectl_on(kubeconfig: &Path, args: &[&str]) -> Result<String> {
     let bin = repo_root().join("target/envtest/bin/kubectl");
@@ -159,18 +211,28 @@ pub fn kubectl_on(kubeconfig: &Path, args: &[&str]) -> Result<String> {
     Ok(String::from_utf8(out.stdout)?)
 }
 
-/// A kubeconfig that acts as ServiceAccount `name` in `namespace`, bound to a Role with `rules` there,
-/// using a token from the TokenRequest API: how to run the operator as something other than the
-/// admin (whose group, system:masters, is exempt from the apiserver's inflight limits and RBAC).
+/// A kubeconfig that acts as ServiceAccount `name` in `namespace`, bound to a Role with `rules` there
+/// and, when `cluster_rules` is not empty, to a ClusterRole with those, using a token from the
+/// TokenRequest API: how to run the operator as something other than the admin (whose group,
+/// system:masters, is exempt from the apiserver's inflight limits and RBAC).
 pub async fn service_account_kubeconfig(
     client: &Client,
     admin_kubeconfig: &Path,
     namespace: &str,
     name: &str,
     rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule>,
+    cluster_rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule>,
 ) -> Result<PathBuf> {
     use k8s_openapi::api::core::v1::ServiceAccount;
-    use k8s_openapi::api::rbac::v1::{Role, RoleBinding, RoleRef, Subject};
+    use k8s_openapi::api::rbac::v1::{
+        ClusterRole, ClusterRoleBinding, Role, RoleBinding, RoleRef, Subject,
+    };
+    let subject = || Subject {
+        kind: "ServiceAccount".into(),
+        name: name.to_owned(),
+        namespace: Some(namespace.to_owned()),
+        ..Default::default()
+    };
     let meta = || ObjectMeta {
         name: Some(name.to_owned()),
         namespace: Some(namespace.to_owned()),
@@ -205,17 +267,55 @@ pub async fn service_account_kubeconfig(
                     kind: "Role".into(),
                     name: name.to_owned(),
                 },
-                subjects: Some(vec![Subject {
-                    kind: "ServiceAccount".into(),
-                    name: name.to_owned(),
-                    namespace: Some(namespace.to_owned()),
-                    ..Default::default()
-                }]),
+                subjects: Some(vec![subject()]),
             },
         )
         .await?;
+    if !cluster_rules.is_empty() {
+        let global = || ObjectMeta {
+            name: Some(format!("{namespace}-{name}")),
+            ..Default::default()
+        };
+        Api::<ClusterRole>::all(client.clone())
+            .create(
+                &pp,
+                &ClusterRole {
+                    metadata: global(),
+                    rules: Some(cluster_rules),
+                    ..Default::default()
+                },
+            )
+            .await?;
+        Api::<ClusterRoleBinding>::all(client.clone())
+            .create(
+                &pp,
+                &ClusterRoleBinding {
+                    metadata: global(),
+                    role_ref: RoleRef {
+                        api_group: Some("rbac.authorization.k8s.io".into()),
+                        kind: "ClusterRole".into(),
+                        name: format!("{namespace}-{name}"),
+                    },
+                    subjects: Some(vec![subject()]),
+                },
+            )
+            .await?;
+    }
+    token_kubeconfig(client, admin_kubeconfig, namespace, name).await
+}
+
+/// A kubeconfig that acts as the existing ServiceAccount `namespace/name`, with a token from the
+/// TokenRequest API, as a pod of that ServiceAccount would.
+pub async fn token_kubeconfig(
+    client: &Client,
+    admin_kubeconfig: &Path,
+    namespace: &str,
+    name: &str,
+) -> Result<PathBuf> {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
     let token = sas
-        .create_token_request(name, &pp, &Default::default())
+        .create_token_request(name, &PostParams::default(), &Default::default())
         .await?
         .status
         .and_then(|s| s.token)
@@ -259,7 +359,32 @@ pub fn operator_rules() -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
     };
     vec![
         rule("", &["list", "watch"]),
-        rule("events.k8s.io", &["list", "create", "update"]),
+        rule("events.k8s.io", &["create", "patch", "get", "list"]),
+    ]
+}
+
+/// The cluster-scoped permissions the operator needs besides: policies and their status, namespace
+/// labels (for `namespaceSelector`).
+pub fn operator_cluster_rules() -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
+    use k8s_openapi::api::rbac::v1::PolicyRule;
+    let rule = |group: &str, resource: &str, verbs: &[&str]| PolicyRule {
+        api_groups: Some(vec![group.to_owned()]),
+        resources: Some(vec![resource.into()]),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        ..Default::default()
+    };
+    vec![
+        rule(
+            "eventseries.dev",
+            "eventseriespolicies",
+            &["get", "list", "watch"],
+        ),
+        rule(
+            "eventseries.dev",
+            "eventseriespolicies/status",
+            &["get", "patch", "update"],
+        ),
+        rule("", "namespaces", &["list", "watch"]),
     ]
 }
 

@@ -64,6 +64,14 @@ impl Operator {
     }
 
     pub fn start_on(kubeconfig: &std::path::Path, ns: &str, extra: &[&str]) -> Result<Operator> {
+        let mut args = vec!["--namespace", ns];
+        args.extend_from_slice(extra);
+        Operator::launch(kubeconfig, ns, &args)
+    }
+
+    /// `event-series run` with exactly `args` (plus a free metrics address); logs in
+    /// `target/e2e-logs/<log>.log`. Returns once `/readyz` answers 200.
+    pub fn launch(kubeconfig: &std::path::Path, log: &str, args: &[&str]) -> Result<Operator> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
@@ -71,27 +79,30 @@ impl Operator {
         // Logs go to target/e2e-logs/<namespace>.log, for when a test fails.
         let logs = repo_root().join("target/e2e-logs");
         std::fs::create_dir_all(&logs)?;
+        let log_path = logs.join(format!("{log}.log"));
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(logs.join(format!("{ns}.log")))?;
+            .open(&log_path)?;
         let child = Command::new(env!("CARGO_BIN_EXE_event-series"))
-            .args(["run", "--namespace", ns, "--metrics-addr", &addr])
-            .args(extra)
+            .args(["run", "--metrics-addr", &addr])
+            .args(args)
             .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,event_series=debug")
             .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()?;
-        let op = Operator {
+        let mut op = Operator {
             child,
             metrics: format!("http://{addr}"),
         };
-        op.wait_ready()?;
+        op.wait_ready()
+            .with_context(|| format!("see {}", log_path.display()))?;
         Ok(op)
     }
 
-    fn get(&self, path: &str) -> Option<(u16, String)> {
+    /// GET one path of the metrics server: status code and body.
+    pub fn get(&self, path: &str) -> Option<(u16, String)> {
         use std::io::{Read, Write};
         let addr = self.metrics.trim_start_matches("http://");
         let mut s = std::net::TcpStream::connect(addr).ok()?;
@@ -107,9 +118,12 @@ impl Operator {
         Some((code, body))
     }
 
-    fn wait_ready(&self) -> Result<()> {
+    fn wait_ready(&mut self) -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait()? {
+                bail!("operator exited before it was ready: {status}");
+            }
             if matches!(self.get("/readyz"), Some((200, _))) {
                 return Ok(());
             }

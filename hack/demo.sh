@@ -1,0 +1,248 @@
+#!/usr/bin/env bash
+# `just demo`: event-series end to end on a local, real kube-apiserver, in one command.
+#
+#   1. builds what is missing: kube-apiserver, etcd, kubectl and the client-go emitter (about 10 minutes
+#      the first time, see tests/envtest/README.md) and the operator (cargo build --release);
+#   2. starts a fresh apiserver + etcd in target/envtest-demo and installs config/default (CRD, RBAC,
+#      Deployment, default policy) with kubectl apply --server-side -k, plus a policy with short
+#      durations for the namespace "demo";
+#   3. runs the operator on this machine as the ServiceAccount event-series (a token of it, so exactly
+#      the installed RBAC applies), with leader election on; the apiserver has no nodes, so the
+#      Deployment's pods never start and the local operator is the leader;
+#   4. starts a crash-loop storm: 3 pods whose BackOff events come from client-go's legacy recorder
+#      (tools/record, like the kubelet), for 60 s;
+#   5. every few seconds prints the events of "demo": the raw events, patched on every occurrence, and
+#      one series per loop, written at start, at each heartbeat and once more when it is Finished.
+#
+# Ctrl-C (or the end) stops the emitter, the operator and the cluster. Logs stay in target/envtest-demo.
+#
+# Environment:
+#   DEMO_SECONDS   stop by itself this many seconds after the storm starts (default: run until Ctrl-C)
+#   DEMO_INTERVAL  seconds between two looks at the events (default 5)
+#   CARGO_TARGET_DIR  honoured for the operator build
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+export ENVTEST_DIR="$ROOT/target/envtest-demo"
+DIR="$ENVTEST_DIR"
+BIN="$ROOT/target/envtest/bin"
+NS=demo
+STORM_SECONDS=60
+INTERVAL="${DEMO_INTERVAL:-5}"
+DEMO_SECONDS="${DEMO_SECONDS:-}"
+if [ -n "$DEMO_SECONDS" ] && ! [[ "$DEMO_SECONDS" =~ ^[0-9]+$ ]]; then
+  echo "demo: DEMO_SECONDS must be a number of seconds, not '$DEMO_SECONDS'" >&2
+  exit 2
+fi
+
+if [ -t 1 ]; then
+  B=$'\e[1m' D=$'\e[2m' G=$'\e[32m' Y=$'\e[33m' R=$'\e[31m' N=$'\e[0m'
+else
+  B='' D='' G='' Y='' R='' N=''
+fi
+step() { printf '\n%s==> %s%s\n' "$B" "$*" "$N"; }
+note() { printf '%s    %s%s\n' "$D" "$*" "$N"; }
+die() {
+  printf '%sdemo: %s%s\n' "$R" "$*" "$N" >&2
+  exit 1
+}
+
+# --- teardown: only what this script started, by pid ---
+operator_pid='' emitter_pid='' cluster_started=0
+cleanup() {
+  local rc=$?
+  trap '' INT TERM
+  echo
+  for pid in $emitter_pid $operator_pid; do
+    kill -TERM "$pid" 2>/dev/null || true
+  done
+  for pid in $emitter_pid $operator_pid; do
+    wait "$pid" 2>/dev/null || true
+  done
+  if [ "$cluster_started" = 1 ]; then
+    bash "$ROOT/hack/cluster-down.sh" >/dev/null 2>&1 || true
+    note "stopped the operator, the emitter and the cluster; logs in ${DIR#"$ROOT"/}/"
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+storm_start=''
+# Ctrl-C once the storm runs is the normal way to stop: exit 0 then.
+trap 'if [ -n "$storm_start" ]; then exit 0; else exit 130; fi' INT
+trap 'exit 143' TERM
+
+command -v go >/dev/null 2>&1 || export PATH="$PATH:/usr/local/go/bin"
+for tool in go cargo openssl curl flock setsid base64; do
+  command -v "$tool" >/dev/null 2>&1 || die "$tool not found (Go >= 1.26, Rust, openssl, curl, util-linux)"
+done
+
+# --- 1. build ---
+step "Building kube-apiserver, etcd, kubectl and the client-go emitter (about 10 min the first time)"
+bash hack/build-envtest.sh
+step "Building the operator (cargo build --release; a few minutes the first time)"
+cargo build --release --quiet --bin event-series
+target_dir="${CARGO_TARGET_DIR:-target}"
+case "$target_dir" in /*) ;; *) target_dir="$ROOT/$target_dir" ;; esac
+OPERATOR="$target_dir/release/event-series"
+[ -x "$OPERATOR" ] || die "no operator binary at $OPERATOR"
+
+# --- 2. cluster and install ---
+step "Starting a local kube-apiserver + etcd in ${DIR#"$ROOT"/}"
+cluster_started=1
+bash hack/cluster-down.sh >/dev/null # a fresh cluster: etcd data is wiped when it starts
+bash hack/cluster-up.sh
+ADMIN="$DIR/kubeconfig"
+k() { "$BIN/kubectl" --kubeconfig "$ADMIN" "$@"; }
+# shellcheck disable=SC1091
+APISERVER_URL="$(. "$DIR/cluster.env" && echo "$APISERVER_URL")"
+
+step "Installing config/default (kubectl apply --server-side -k config/default)"
+# The default policy needs its CRD to be served before kubectl can map it: CRD first.
+k apply --server-side -k config/crd >/dev/null
+k wait --for=condition=Established --timeout=60s crd/eventseriespolicies.eventseries.dev >/dev/null
+k apply --server-side -k config/default | sed 's/^/    /'
+note "(this apiserver has no nodes: the Deployment's pods never start; the operator runs here instead)"
+
+step "A policy for namespace $NS: heartbeatInterval 15s, finishAfter 20s, seriesWindow 20s"
+k create namespace "$NS" >/dev/null
+k label namespace "$NS" event-series-demo=true >/dev/null
+k apply --server-side -f - <<'EOF'
+apiVersion: eventseries.dev/v1alpha1
+kind: EventSeriesPolicy
+metadata:
+  name: demo
+spec:
+  namespaceSelector:
+    matchLabels:
+      event-series-demo: "true"
+  finishAfter: 20s
+  seriesWindow: 20s
+  heartbeatInterval: 15s
+EOF
+
+# --- 3. the operator, as its ServiceAccount ---
+step "Running the operator as ServiceAccount event-series-system/event-series"
+token="$(k create token event-series -n event-series-system --duration=24h)"
+SA_KUBECONFIG="$DIR/kubeconfig-event-series"
+(
+  umask 077
+  cat >"$SA_KUBECONFIG" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: demo
+  cluster:
+    server: $APISERVER_URL
+    certificate-authority-data: $(base64 -w0 <"$DIR/certs/ca.crt")
+users:
+- name: event-series
+  user:
+    token: $token
+contexts:
+- name: demo
+  context:
+    cluster: demo
+    user: event-series
+    namespace: event-series-system
+current-context: demo
+EOF
+)
+metrics_port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
+  echo $((20000 + RANDOM % 30000)))"
+KUBECONFIG="$SA_KUBECONFIG" NO_COLOR=1 "$OPERATOR" run \
+  --leader-elect --lease-namespace event-series-system --instance demo-local \
+  --metrics-addr "127.0.0.1:$metrics_port" \
+  </dev/null >"$DIR/operator.log" 2>&1 &
+operator_pid=$!
+
+operator_alive() { kill -0 "$operator_pid" 2>/dev/null; }
+operator_failed() {
+  printf '%s---- last lines of %s ----%s\n' "$R" "${DIR#"$ROOT"/}/operator.log" "$N" >&2
+  tail -n 30 "$DIR/operator.log" >&2
+  die "$1"
+}
+for _ in $(seq 150); do
+  operator_alive || operator_failed "the operator exited"
+  curl -fsS --max-time 1 "http://127.0.0.1:$metrics_port/healthz" >/dev/null 2>&1 && break
+  sleep 0.2
+done
+holder=''
+for _ in $(seq 60); do
+  operator_alive || operator_failed "the operator exited"
+  holder="$(k get lease event-series -n event-series-system -o jsonpath='{.spec.holderIdentity}' 2>/dev/null || true)"
+  [ "$holder" = demo-local ] && break
+  sleep 0.5
+done
+[ "$holder" = demo-local ] || operator_failed "the operator did not take the Lease event-series-system/event-series"
+note "pid $operator_pid, leader (Lease event-series-system/event-series), metrics http://127.0.0.1:$metrics_port/metrics"
+note "log: ${DIR#"$ROOT"/}/operator.log"
+k get eventseriespolicies
+
+# --- 4. the storm ---
+# 0.4 occurrences/s per pod: about 24 per pod in 60 s, under the legacy recorder's spam filter
+# (a burst of 25 per object, then 1 per 5 minutes), which would otherwise drop the rest.
+step "Crash-loop storm: 3 pods in namespace $NS, BackOff every 2.5 s each, for ${STORM_SECONDS}s"
+note "(client-go tools/record, the kubelet's recorder; log: ${DIR#"$ROOT"/}/emitter.log)"
+"$BIN/emitter" --kubeconfig "$ADMIN" --recorder legacy --scenario crashloop --namespace "$NS" \
+  --pods 3 --rate 0.4 --duration "${STORM_SECONDS}s" --output "$DIR/emitter.json" \
+  </dev/null >"$DIR/emitter.log" 2>&1 &
+emitter_pid=$!
+storm_start=$SECONDS
+
+cat <<EOF
+
+${B}What to look at${N}: rows without STATE are the raw events, patched by the recorder on every
+occurrence. Rows with STATE are event-series' series, one per loop: created on the second occurrence,
+rewritten every heartbeat (15s) with COUNT, and marked Finished 20s after the storm stops.
+Meanwhile, in another terminal:
+  export KUBECONFIG=${ADMIN}
+  ${BIN#"$ROOT"/}/kubectl get events -A -l eventseries.dev/state=Ongoing
+  curl -s http://127.0.0.1:${metrics_port}/metrics | grep ^event_series_series
+EOF
+
+# --- 5. watch ---
+series_sel=app.kubernetes.io/managed-by=event-series
+last_shown='' storm_done=0 finished_note=0
+while :; do
+  elapsed=$((SECONDS - storm_start))
+  operator_alive || operator_failed "the operator exited"
+  if [ "$storm_done" = 0 ] && ! kill -0 "$emitter_pid" 2>/dev/null; then
+    wait "$emitter_pid" || note "the emitter failed, see ${DIR#"$ROOT"/}/emitter.log"
+    emitter_pid=''
+    storm_done=1
+    if [ -s "$DIR/emitter.json" ]; then
+      total="$(awk -F'[:,]' '/"api_count"/ { s += $2 } END { print s + 0 }' "$DIR/emitter.json")"
+      note "storm over after ${elapsed}s: the recorder wrote $total occurrences to the API"
+    fi
+  fi
+  states="$(k get events -n "$NS" -l "$series_sel" \
+    -o jsonpath='{range .items[*]}{.metadata.labels.eventseries\.dev/state}{"\n"}{end}' 2>/dev/null || true)"
+  series_total="$(k get events -n "$NS" -l "$series_sel" \
+    -o jsonpath='{range .items[*]}{.series.count}{"\n"}{end}' 2>/dev/null | awk '{ s += $1 } END { print s + 0 }')"
+  ongoing="$(grep -c '^Ongoing$' <<<"$states" || true)"
+  finished="$(grep -c '^Finished$' <<<"$states" || true)"
+  # Show the table when something other than the ages changed (names, counts, states).
+  shown="$(k get events -n "$NS" -o jsonpath='{range .items[*]}{.metadata.name} {.count} {.series.count} {.metadata.labels}{"\n"}{end}' 2>/dev/null || true)"
+  final=0
+  if [ -n "$DEMO_SECONDS" ] && [ "$elapsed" -ge "$DEMO_SECONDS" ]; then final=1; fi
+  if [ "$shown" != "$last_shown" ] || [ "$final" = 1 ]; then
+    last_shown="$shown"
+    if [ "$storm_done" = 0 ]; then phase="${Y}storm running${N}"; else phase="${G}storm over${N}"; fi
+    printf '\n%s── %3ss ── %s%s · series: %s Ongoing, %s Finished %s──%s\n' \
+      "$B" "$elapsed" "$phase" "$B" "$ongoing" "$finished" "$D" "$N"
+    k get events -n "$NS" -o wide -L eventseries.dev/state --sort-by=.metadata.creationTimestamp 2>&1 || true
+  fi
+  if [ "$storm_done" = 1 ] && [ "$ongoing" = 0 ] && [ "$finished" -gt 0 ] && [ "$finished_note" = 0 ]; then
+    finished_note=1
+    printf '\n%sEvery loop is Finished: %s series, one object each, %s occurrences in all.%s\n' \
+      "$G" "$finished" "$series_total" "$N"
+    if [ -z "$DEMO_SECONDS" ]; then note "Ctrl-C stops the demo."; fi
+  fi
+  if [ "$final" = 1 ]; then
+    note "DEMO_SECONDS=$DEMO_SECONDS reached"
+    break
+  fi
+  sleep "$INTERVAL"
+done

@@ -1,0 +1,161 @@
+//! Two replicas with leader election: the standby takes over from a killed leader within the lease
+//! duration and the counts stay exact. The metrics server is scraped during the storm.
+
+use crate::fixture::{TestNamespace, client, kubeconfig};
+use crate::operator::{Operator, count, emit, state, wait_for};
+use anyhow::{Result, bail};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::Api;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+const LEASE_SECS: u64 = 4;
+
+async fn holder(api: &Api<Lease>) -> Option<String> {
+    api.get_opt("event-series")
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+        .filter(|h| !h.is_empty())
+}
+
+async fn wait_holder(api: &Api<Lease>, who: &str, within: Duration) -> Result<Duration> {
+    let started = Instant::now();
+    while started.elapsed() < within {
+        if holder(api).await.as_deref() == Some(who) {
+            return Ok(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!(
+        "{who} did not hold the lease within {within:?} (holder: {:?})",
+        holder(api).await
+    )
+}
+
+/// SPEC Operations: more than one replica; a standby takes over within the lease duration and rebuilds
+/// its state by listing; `/metrics`, `/healthz` and `/readyz` answer during a storm.
+#[tokio::test]
+async fn a_standby_takes_over_from_a_killed_leader_with_exact_counts() -> Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::new(&client, "failover").await?;
+    let lease_secs = format!("{LEASE_SECS}s");
+    let args = |id: &'static str| {
+        vec![
+            "--namespace".to_string(),
+            ns.name.clone(),
+            "--leader-elect".into(),
+            "--lease-namespace".into(),
+            ns.name.clone(),
+            "--instance".into(),
+            id.into(),
+            "--lease-duration".into(),
+            lease_secs.clone(),
+            "--finish-after".into(),
+            "20s".into(),
+            "--series-window".into(),
+            "20s".into(),
+            "--heartbeat-interval".into(),
+            "2s".into(),
+        ]
+    };
+    let launch = |id: &'static str| {
+        let a = args(id);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        Operator::launch(kubeconfig(), &format!("{}-{id}", ns.name), &a)
+    };
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
+    let a = launch("a")?;
+    wait_holder(&leases, "a", Duration::from_secs(20)).await?;
+    let b = launch("b")?;
+
+    let storm_ns = ns.name.clone();
+    let storm = std::thread::spawn(move || {
+        emit(
+            &storm_ns,
+            &[
+                "--recorder",
+                "legacy",
+                "--scenario",
+                "crashloop",
+                "--pods",
+                "3",
+                "--rate",
+                "4",
+                "--duration",
+                "12s",
+            ],
+        )
+    });
+    tokio::time::sleep(Duration::from_secs(4)).await;
+
+    // Scraped mid-storm: every SPEC metric is exported by the leader, both replicas are healthy.
+    let (code, text) = a.get("/metrics").unwrap_or_default();
+    assert_eq!(code, 200);
+    for name in [
+        "event_series_occurrences_total",
+        "event_series_series_active",
+        "event_series_series_started_total",
+        "event_series_series_finished_total",
+        "event_series_api_requests_total",
+        "event_series_watch_restarts_total",
+        "event_series_watch_relists_total",
+        "event_series_bookmarks_total",
+        "event_series_dropped_total",
+    ] {
+        assert!(text.contains(name), "{name} missing from /metrics");
+    }
+    assert!(
+        a.metric("event_series_occurrences_total") > 0.0,
+        "the leader counts"
+    );
+    assert_eq!(
+        b.metric("event_series_occurrences_total"),
+        0.0,
+        "the standby does not"
+    );
+    for op in [&a, &b] {
+        assert_eq!(op.get("/healthz").map(|r| r.0), Some(200));
+        assert_eq!(op.get("/readyz").map(|r| r.0), Some(200));
+    }
+
+    a.kill9()?;
+    let takeover = wait_holder(
+        &leases,
+        "b",
+        Duration::from_secs(LEASE_SECS) + Duration::from_secs(3),
+    )
+    .await?;
+    println!("standby took over {takeover:?} after the leader was killed (lease {LEASE_SECS}s)");
+
+    let truth = match storm.join() {
+        Ok(t) => t?,
+        Err(_) => bail!("the emitter thread panicked"),
+    };
+    let expected: BTreeMap<String, u64> = truth
+        .iter()
+        .map(|t| (t.regarding.name.clone(), t.api_count))
+        .collect();
+    let done = wait_for(
+        &client,
+        &ns.name,
+        "every loop Finished with its count",
+        |objs| {
+            let mut got = BTreeMap::<String, u64>::new();
+            for e in objs {
+                let pod = e
+                    .regarding
+                    .as_ref()
+                    .and_then(|r| r.name.clone())
+                    .unwrap_or_default();
+                *got.entry(pod).or_default() += count(e);
+            }
+            got == expected && objs.iter().all(|e| state(e) == "Finished")
+        },
+    )
+    .await?;
+    assert_eq!(done.len(), expected.len(), "one object per loop: {done:?}");
+    ns.cleanup().await
+}

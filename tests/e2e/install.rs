@@ -1,0 +1,228 @@
+//! The install (`kubectl apply -k config/default`) on a cluster of its own, and the operator run with
+//! the installed ServiceAccount's own token: its RBAC is sufficient for a whole series lifecycle and
+//! refuses everything else.
+
+use crate::fixture::{
+    Dedicated, TestNamespace, apply_on, client_for, kubectl_on, repo_root, token_kubeconfig,
+};
+use crate::operator::{Operator, count, emit_on, state, wait_for};
+use anyhow::{Context, Result};
+use event_series::policy::EventSeriesPolicy;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, ListParams};
+use std::time::Duration;
+
+const NS: &str = "event-series-system";
+
+fn forbidden<T: std::fmt::Debug>(what: &str, r: Result<T, kube::Error>) {
+    match r {
+        Err(kube::Error::Api(s)) if s.code == 403 => {}
+        other => panic!("{what}: expected 403 Forbidden, got {other:?}"),
+    }
+}
+
+/// SPEC Install: `kubectl apply -k config/default` (server side, with the real validation) installs a
+/// hardened Deployment and least-privilege RBAC; the operator running as that ServiceAccount completes
+/// a lifecycle with no Forbidden, and is refused Secrets, Pods, ConfigMaps and deletes.
+#[tokio::test]
+async fn apply_k_installs_a_least_privilege_operator() -> Result<()> {
+    let cluster = Dedicated::start("install", &[])?;
+    let kc = cluster.kubeconfig.as_path();
+    let default = repo_root().join("config/default");
+    let default = default.to_string_lossy();
+    let out = kubectl_on(kc, &["apply", "--server-side", "-k", &default])?;
+    println!("{out}");
+    // Idempotent: a second apply changes nothing.
+    let again = kubectl_on(kc, &["apply", "--server-side", "-k", &default])?;
+    assert!(
+        again.lines().all(|l| l.ends_with("serverside-applied")),
+        "{again}"
+    );
+
+    let client = client_for(kc).await?;
+    let deploy = Api::<Deployment>::namespaced(client.clone(), NS)
+        .get("event-series")
+        .await?;
+    let pod = deploy.spec.template.spec.as_ref().context("pod spec")?;
+    assert_eq!(
+        pod.service_account_name.as_deref(),
+        Some("event-series"),
+        "runs as the installed ServiceAccount"
+    );
+    let c = &pod.containers[0];
+    let sc = c.security_context.as_ref().context("securityContext")?;
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    let drops = sc.capabilities.as_ref().and_then(|c| c.drop.clone());
+    assert_eq!(drops, Some(vec!["ALL".to_string()]));
+    let non_root = sc.run_as_non_root.or(pod
+        .security_context
+        .as_ref()
+        .and_then(|p| p.run_as_non_root));
+    assert_eq!(non_root, Some(true));
+    let seccomp = sc
+        .seccomp_profile
+        .as_ref()
+        .or(pod
+            .security_context
+            .as_ref()
+            .and_then(|p| p.seccomp_profile.as_ref()))
+        .map(|s| s.type_.clone());
+    assert_eq!(seccomp.as_deref(), Some("RuntimeDefault"));
+    let path = |p: &Option<k8s_openapi::api::core::v1::Probe>| {
+        p.as_ref()
+            .and_then(|p| p.http_get.as_ref())
+            .and_then(|h| h.path.clone())
+    };
+    assert_eq!(path(&c.liveness_probe).as_deref(), Some("/healthz"));
+    assert_eq!(path(&c.readiness_probe).as_deref(), Some("/readyz"));
+    let resources = c.resources.as_ref().context("resources")?;
+    assert!(resources.requests.is_some() && resources.limits.is_some());
+    let env: Vec<&str> = c.env.iter().flatten().map(|e| e.name.as_str()).collect();
+    assert!(
+        env.contains(&"POD_NAME") && env.contains(&"POD_NAMESPACE"),
+        "{env:?}"
+    );
+    let args = c.args.clone().unwrap_or_default();
+    assert!(args.iter().any(|a| a == "--leader-elect"), "{args:?}");
+
+    // The default policy is installed and valid.
+    let policies: Api<EventSeriesPolicy> = Api::all(client.clone());
+    let installed = policies.list(&ListParams::default()).await?.items;
+    assert!(!installed.is_empty(), "a default policy");
+
+    // A namespace with quick settings of its own, and the operator as the installed ServiceAccount.
+    let ns = TestNamespace::new(&client, "install").await?;
+    apply_on(
+        kc,
+        &format!(
+            "apiVersion: eventseries.dev/v1alpha1\nkind: EventSeriesPolicy\nmetadata:\n  name: quick\n\
+             spec:\n  namespaceSelector:\n    matchLabels:\n      kubernetes.io/metadata.name: {}\n  \
+             finishAfter: 5s\n  seriesWindow: 5s\n  heartbeatInterval: 2s\n",
+            ns.name
+        ),
+        &[],
+    )?;
+    let sa = token_kubeconfig(&client, kc, NS, "event-series").await?;
+    let op = Operator::launch(
+        &sa,
+        &ns.name,
+        &[
+            "--leader-elect",
+            "--lease-namespace",
+            NS,
+            "--instance",
+            "e2e-install",
+            "--lease-duration",
+            "5s",
+        ],
+    )?;
+    let truth = emit_on(
+        kc,
+        &ns.name,
+        &[
+            "--recorder",
+            "legacy",
+            "--scenario",
+            "crashloop",
+            "--pods",
+            "1",
+            "--rate",
+            "4",
+            "--count",
+            "24",
+        ],
+    )?;
+    let total: u64 = truth.iter().map(|t| t.api_count).sum();
+    let done = wait_for(
+        &client,
+        &ns.name,
+        "the series Finished with its count",
+        |objs| objs.len() == 1 && state(&objs[0]) == "Finished" && count(&objs[0]) == total,
+    )
+    .await?;
+    println!(
+        "lifecycle as the ServiceAccount: {total} occurrences in {}",
+        done[0].metadata.name.as_deref().unwrap_or("")
+    );
+    let patches = op.metric("event_series_api_requests_total{verb=\"patch\",code=\"200\"}");
+    assert!(
+        patches >= 2.0,
+        "heartbeats and the finish were patches: {patches}"
+    );
+    for verb in ["create", "patch"] {
+        assert_eq!(
+            op.metric(&format!(
+                "event_series_api_requests_total{{verb=\"{verb}\",code=\"403\"}}"
+            )),
+            0.0
+        );
+    }
+    let lease = Api::<Lease>::namespaced(client.clone(), NS)
+        .get("event-series")
+        .await?;
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some("e2e-install")
+    );
+    // Policy statuses are written (the status subresource is in the role).
+    let quick = policies.get("quick").await?;
+    let ready = quick
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| c.status.clone());
+    assert_eq!(ready.as_deref(), Some("True"), "{:?}", quick.status);
+
+    // Minimal: the same token is refused what the operator does not need.
+    let as_sa = client_for(&sa).await?;
+    let lp = ListParams::default();
+    forbidden(
+        "secrets, cluster-wide",
+        Api::<Secret>::all(as_sa.clone()).list(&lp).await,
+    );
+    forbidden(
+        "secrets in its own namespace",
+        Api::<Secret>::namespaced(as_sa.clone(), NS).list(&lp).await,
+    );
+    forbidden("pods", Api::<Pod>::all(as_sa.clone()).list(&lp).await);
+    forbidden(
+        "configmaps",
+        Api::<ConfigMap>::namespaced(as_sa.clone(), NS)
+            .list(&lp)
+            .await,
+    );
+    let series_name = done[0].metadata.name.clone().unwrap_or_default();
+    forbidden(
+        "deleting a series object",
+        Api::<Event>::namespaced(as_sa.clone(), &ns.name)
+            .delete(&series_name, &DeleteParams::default())
+            .await,
+    );
+    forbidden(
+        "deleting a policy",
+        Api::<EventSeriesPolicy>::all(as_sa.clone())
+            .delete("quick", &DeleteParams::default())
+            .await,
+    );
+
+    // SIGTERM: exits 0 and hands the lease back.
+    let status = op.terminate()?;
+    assert!(status.success(), "{status}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let lease = Api::<Lease>::namespaced(client.clone(), NS)
+        .get("event-series")
+        .await?;
+    let holder = lease
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    assert!(
+        holder.is_empty(),
+        "released on shutdown, still held by {holder:?}"
+    );
+    ns.cleanup().await
+}
