@@ -163,12 +163,13 @@ fn on_namespace_event(
     }
 }
 
-/// Hands every status that changed to the status writer.
+/// Hands every status that changed to the status writer, if this operator writes statuses.
 fn publish_statuses(
     state: &mut PolicyState,
     resolved: &Resolved,
-    tx: &UnboundedSender<(String, EventSeriesPolicyStatus)>,
+    tx: &Option<UnboundedSender<(String, EventSeriesPolicyStatus)>>,
 ) {
+    let Some(tx) = tx else { return };
     let now =
         k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
     for update in state.status_updates(resolved, now) {
@@ -220,7 +221,16 @@ pub async fn run(
     }
     let mut resolved = state.resolve();
     log_policies(&resolved);
-    let status_tx = StatusWriter::spawn(client.clone());
+    // Policies are cluster-scoped: only an operator that sees every namespace can say how many a policy
+    // governs. One scoped to a namespace applies policies but leaves their status alone, so that
+    // several scoped operators never fight over it.
+    let status_tx = match &config.namespace {
+        None => Some(StatusWriter::spawn(client.clone())),
+        Some(ns) => {
+            tracing::info!(namespace = %ns, "scoped to one namespace: policy statuses are not written");
+            None
+        }
+    };
     publish_statuses(&mut state, &resolved, &status_tx);
     let mut engine = Engine::new(resolved.set.clone(), EngineConfig::default());
     let now = Utc::now();

@@ -84,7 +84,15 @@ pub struct Dedicated {
 }
 
 impl Dedicated {
+    /// A dedicated cluster with the EventSeriesPolicy CRD installed.
     pub fn start(name: &str, env: &[(&str, &str)]) -> Result<Dedicated> {
+        let cluster = Dedicated::start_bare(name, env)?;
+        install_crd(&cluster.kubeconfig)?;
+        Ok(cluster)
+    }
+
+    /// A dedicated cluster as the harness starts it: no CRD.
+    pub fn start_bare(name: &str, env: &[(&str, &str)]) -> Result<Dedicated> {
         let dir = repo_root().join(format!("target/envtest-e2e-{name}"));
         // A leftover from an earlier run may have other flags.
         let _ = Command::new("bash")
@@ -99,12 +107,10 @@ impl Dedicated {
         if !status.success() {
             bail!("hack/cluster-up.sh for {name} failed: {status}");
         }
-        let cluster = Dedicated {
+        Ok(Dedicated {
             kubeconfig: dir.join("kubeconfig"),
             dir,
-        };
-        install_crd(&cluster.kubeconfig)?;
-        Ok(cluster)
+        })
     }
 }
 
@@ -382,7 +388,7 @@ pub fn operator_cluster_rules() -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
         rule(
             "eventseries.dev",
             "eventseriespolicies/status",
-            &["get", "patch", "update"],
+            &["get", "patch"],
         ),
         rule("", "namespaces", &["list", "watch"]),
     ]

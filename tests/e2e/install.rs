@@ -29,12 +29,40 @@ fn forbidden<T: std::fmt::Debug>(what: &str, r: Result<T, kube::Error>) {
 /// a lifecycle with no Forbidden, and is refused Secrets, Pods, ConfigMaps and deletes.
 #[tokio::test]
 async fn apply_k_installs_a_least_privilege_operator() -> Result<()> {
-    let cluster = Dedicated::start("install", &[])?;
+    // A cluster without the CRD, installed the way the README says.
+    let cluster = Dedicated::start_bare("install", &[])?;
     let kc = cluster.kubeconfig.as_path();
-    let default = repo_root().join("config/default");
-    let default = default.to_string_lossy();
+    let config = |base: &str| {
+        repo_root()
+            .join("config")
+            .join(base)
+            .to_string_lossy()
+            .into_owned()
+    };
+    kubectl_on(kc, &["apply", "--server-side", "-k", &config("crd")])?;
+    kubectl_on(
+        kc,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/eventseriespolicies.eventseries.dev",
+        ],
+    )?;
+    let default = config("default");
     let out = kubectl_on(kc, &["apply", "--server-side", "-k", &default])?;
     println!("{out}");
+    for kind in [
+        "customresourcedefinition.apiextensions.k8s.io/eventseriespolicies.eventseries.dev",
+        "namespace/event-series-system",
+        "serviceaccount/event-series",
+        "clusterrole.rbac.authorization.k8s.io/event-series",
+        "clusterrolebinding.rbac.authorization.k8s.io/event-series",
+        "deployment.apps/event-series",
+        "eventseriespolicy.eventseries.dev/default",
+    ] {
+        assert!(out.contains(kind), "{kind} not applied:\n{out}");
+    }
     // Idempotent: a second apply changes nothing.
     let again = kubectl_on(kc, &["apply", "--server-side", "-k", &default])?;
     assert!(
@@ -176,6 +204,17 @@ async fn apply_k_installs_a_least_privilege_operator() -> Result<()> {
         .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
         .map(|c| c.status.clone());
     assert_eq!(ready.as_deref(), Some("True"), "{:?}", quick.status);
+    let status = quick.status.clone().unwrap_or_default();
+    assert_eq!(status.observed_generation, quick.metadata.generation);
+    assert_eq!(
+        status.namespaces,
+        Some(1),
+        "quick governs its namespace only"
+    );
+    // The default policy governs every other namespace (default, kube-system, event-series-system...).
+    let default = policies.get("default").await?;
+    let governs = default.status.and_then(|s| s.namespaces).unwrap_or(0);
+    assert!(governs >= 3, "default governs {governs} namespaces");
 
     // Minimal: the same token is refused what the operator does not need.
     let as_sa = client_for(&sa).await?;

@@ -4,7 +4,7 @@
 //! Policies here select only their test's namespace (by `kubernetes.io/metadata.name`), so that the
 //! operators of other tests on the shared cluster are not affected.
 
-use crate::fixture::{TestNamespace, client};
+use crate::fixture::{Dedicated, TestNamespace, apply_on, client, client_for};
 use crate::operator::{Operator, count, state, wait_for};
 use anyhow::{Result, bail};
 use event_series::policy::EventSeriesPolicy;
@@ -55,6 +55,7 @@ async fn bad_policies_are_refused_by_the_api_server_naming_the_field() -> Result
             Ok(out) => bail!("accepted {spec:?}: {out}"),
             Err(e) => {
                 let e = e.to_string();
+                println!("refused: {}", e.trim());
                 assert!(e.contains(field), "{spec:?}: {e} does not name {field}");
                 assert!(
                     e.contains(message),
@@ -108,16 +109,21 @@ async fn wait_status(
 }
 
 /// SPEC Configuration: a policy applies live, without a restart; its status reports the generation it
-/// applies; a change of `match` applies too.
+/// applies; a change of `match` applies too. On a cluster of its own: only an operator watching every
+/// namespace writes policy statuses.
 #[tokio::test]
 async fn a_policy_applies_live_and_reports_its_status() -> Result<()> {
-    let client = client().await?;
+    let cluster = Dedicated::start("policy-live", &[])?;
+    let kc = cluster.kubeconfig.as_path();
+    let client = client_for(kc).await?;
     let ns = TestNamespace::new(&client, "policy_live").await?;
     // Flag defaults that would keep a series Ongoing for the whole test.
-    let op = Operator::start(
+    let op = Operator::launch(
+        kc,
         &ns.name,
         &["--finish-after", "10m", "--series-window", "10m"],
     )?;
+    let apply = |yaml: &str, extra: &[&str]| apply_on(kc, yaml, extra);
     let raw: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), &ns.name);
     let pp = Default::default();
     raw.create(
