@@ -42,6 +42,9 @@ struct Args {
     /// Write the JSON summary here instead of stdout.
     #[arg(long)]
     output: Option<std::path::PathBuf>,
+    /// Every second, write the number of occurrences emitted so far to this file (for samplers).
+    #[arg(long)]
+    progress: Option<std::path::PathBuf>,
 }
 
 #[tokio::main]
@@ -129,8 +132,27 @@ async fn main() -> anyhow::Result<()> {
             }
         }));
     }
+    let reporter = args.progress.clone().map(|path| {
+        let emitted = emitted.clone();
+        tokio::spawn(async move {
+            let tmp = path.with_extension("tmp");
+            loop {
+                let n = emitted.load(Ordering::Relaxed);
+                if std::fs::write(&tmp, format!("{n}\n")).is_ok() {
+                    let _ = std::fs::rename(&tmp, &path);
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        })
+    });
     for t in tasks {
         t.await?;
+    }
+    if let Some(r) = reporter {
+        r.abort();
+    }
+    if let Some(path) = &args.progress {
+        std::fs::write(path, format!("{}\n", emitted.load(Ordering::Relaxed)))?;
     }
     let summary = serde_json::json!({
         "recorder": "kube-rs",

@@ -79,6 +79,10 @@ pub struct RunArgs {
     /// Lifetime of one watch request; the watch then resumes from the last resourceVersion.
     #[arg(long, default_value = "290s")]
     pub watch_timeout: String,
+    /// Benchmarks only (bench/bookmarks.sh): watch without allowWatchBookmarks, to measure what
+    /// bookmarks save after a reconnect. Hidden: the SPEC requires bookmarks.
+    #[arg(long, hide = true)]
+    pub no_watch_bookmarks: bool,
     /// How long pending writes may take to flush on SIGTERM.
     #[arg(long, default_value = "10s")]
     pub shutdown_timeout: String,

@@ -43,6 +43,8 @@ pub struct ControllerConfig {
     pub drain: Duration,
     /// Lifetime of one watch request before it is re-established.
     pub watch_timeout_secs: u32,
+    /// Ask the raw-event watch for bookmarks (always, except in benchmarks: `--no-watch-bookmarks`).
+    pub watch_bookmarks: bool,
 }
 
 fn scoped<K>(client: &Client, namespace: &Option<String>) -> Api<K>
@@ -109,9 +111,17 @@ async fn restore_own_series(
 
 /// Feeds one raw event to the engine; a raw event that cannot be read is skipped with a log line and a
 /// metric.
-fn observe(engine: &mut Engine, metrics: &Metrics, ev: &CoreEvent) {
+/// Feeds one raw event to the engine. `watched`: it came from the watch (not a list), so its latest
+/// occurrence is recent and its ingest lag is recorded.
+fn observe(engine: &mut Engine, metrics: &Metrics, ev: &CoreEvent, watched: bool) {
     match key::observe(ev) {
-        Ok(obs) => engine.observe(Utc::now(), &obs),
+        Ok(obs) => {
+            let now = Utc::now();
+            if watched {
+                metrics.ingest_lag(now, obs.last);
+            }
+            engine.observe(now, &obs)
+        }
         Err(e) => {
             tracing::warn!(name = ?ev.metadata.name, namespace = ?ev.metadata.namespace,
                 error = %e, "raw event skipped");
@@ -253,6 +263,7 @@ pub async fn run(
     let mut steps = Box::pin(raw_events(
         scoped(&client, &config.namespace),
         config.watch_timeout_secs,
+        config.watch_bookmarks,
     ));
     // The first list is replayed in time order once complete (see `recovery::sort_for_replay`).
     let mut first_list: Option<Vec<Box<CoreEvent>>> = Some(Vec::new());
@@ -272,7 +283,7 @@ pub async fn run(
                     }
                     Step::Listed(ev) => match first_list.as_mut() {
                         Some(buffer) => buffer.push(ev),
-                        None => observe(&mut engine, &metrics, &ev),
+                        None => observe(&mut engine, &metrics, &ev, false),
                     },
                     Step::ListDone { resource_version: rv } => {
                         let rv = resource_version(&rv).unwrap_or(0);
@@ -303,7 +314,7 @@ pub async fn run(
                         }
                     }
                     Step::Applied(ev) => {
-                        observe(&mut engine, &metrics, &ev);
+                        observe(&mut engine, &metrics, &ev, true);
                         if let Some(rv) = ev.metadata.resource_version.as_deref().and_then(resource_version) {
                             engine.checkpoint(rv);
                         }

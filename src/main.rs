@@ -103,6 +103,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         },
         drain,
         watch_timeout_secs,
+        watch_bookmarks: !args.no_watch_bookmarks,
     };
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);

@@ -153,11 +153,18 @@ fn backoff() -> impl Iterator<Item = Duration> {
 /// stream ends only when its consumer is dropped: failures are reported as [`Step::Failed`] and
 /// retried. A bounded channel sits between the API and the consumer, so a slow consumer slows the
 /// watch instead of buffering without limit.
-pub fn raw_events(api: Api<Event>, watch_timeout_secs: u32) -> impl Stream<Item = Step> {
+///
+/// `bookmarks` sets `allowWatchBookmarks`; the operator always asks for them, only the bookmark
+/// benchmark (`event-series run --no-watch-bookmarks`, hidden) turns them off.
+pub fn raw_events(
+    api: Api<Event>,
+    watch_timeout_secs: u32,
+    bookmarks: bool,
+) -> impl Stream<Item = Step> {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Step>(1024);
     tokio::spawn(async move {
         // Err only when the consumer is gone, which ends the task.
-        let _ = drive(api, tx, watch_timeout_secs).await;
+        let _ = drive(api, tx, watch_timeout_secs, bookmarks).await;
     });
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
@@ -168,6 +175,7 @@ async fn drive(
     api: Api<Event>,
     tx: tokio::sync::mpsc::Sender<Step>,
     watch_timeout_secs: u32,
+    bookmarks: bool,
 ) -> Result<(), Closed> {
     let selector = not_managed_selector();
     let mut watch = Watch::default();
@@ -217,7 +225,7 @@ async fn drive(
                 let mut wp = WatchParams::default()
                     .labels(&selector)
                     .timeout(watch_timeout_secs.max(1));
-                wp.bookmarks = true; // allowWatchBookmarks=true (kube's default, made explicit)
+                wp.bookmarks = bookmarks; // allowWatchBookmarks (true but in benchmarks)
                 match api.watch(&wp, &resource_version).await {
                     Ok(stream) => {
                         let (answer, error) = follow(&tx, &mut watch, stream.boxed()).await?;

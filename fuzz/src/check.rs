@@ -138,8 +138,7 @@ fn is_label_value(s: &str) -> bool {
         || (s.len() <= 63
             && s.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
             && s.chars().last().is_some_and(|c| c.is_ascii_alphanumeric())
-            && s
-                .chars()
+            && s.chars()
                 .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)))
 }
 
@@ -181,7 +180,10 @@ pub fn create_errors(e: &events::Event, check_namespace: bool) -> Vec<String> {
     match &e.series {
         Some(series) => {
             check(series.count >= 2, "series.count >= 2");
-            check(time_ok(&series.last_observed_time), "series.lastObservedTime");
+            check(
+                time_ok(&series.last_observed_time),
+                "series.lastObservedTime",
+            );
         }
         None => check(false, "series"),
     }
@@ -246,9 +248,7 @@ fn immutable(e: &events::Event) -> Immutable {
         e.reporting_instance.clone(),
         e.metadata.name.clone(),
         e.metadata.namespace.clone(),
-        e.event_time
-            .as_ref()
-            .map(|t| t.0.as_microsecond() as i64),
+        e.event_time.as_ref().map(|t| t.0.as_microsecond()),
     )
 }
 
@@ -273,7 +273,12 @@ pub fn check_event(ev: &Event, timings: Timings) {
         return;
     };
     assert!(obs.count >= 1, "count {}", obs.count);
-    assert!(obs.first <= obs.last, "first {} > last {}", obs.first, obs.last);
+    assert!(
+        obs.first <= obs.last,
+        "first {} > last {}",
+        obs.first,
+        obs.last
+    );
     assert!(!obs.namespace.is_empty());
     if !times_representable(ev) {
         return;

@@ -191,7 +191,6 @@ impl Input {
             event_time: self.event_time.get().map(MicroTime),
             first_timestamp: self.first_timestamp.get().map(Time),
             last_timestamp: self.last_timestamp.get().map(Time),
-            ..Default::default()
         }
     }
 

@@ -57,7 +57,7 @@ async fn lists_then_watches_and_leaves_out_own_objects() -> anyhow::Result<()> {
     api.create(&PostParams::default(), &raw(&ns.name, "ours-1", true))
         .await?;
 
-    let mut steps = Box::pin(raw_events(Api::all(client.clone()), 290));
+    let mut steps = Box::pin(raw_events(Api::all(client.clone()), 290, true));
     let mut listed = Vec::new();
     loop {
         let step = tokio::time::timeout(Duration::from_secs(30), steps.next())

@@ -1,0 +1,95 @@
+# shellcheck shell=bash
+# Shared by the end-to-end benchmarks in bench/ (sourced, not run). Expects ROOT (the repository
+# root). Every benchmark runs against its own private, real kube-apiserver + etcd started by
+# hack/cluster-up.sh in target/envtest-bench-<name>, and stops it (and only what it started) at exit.
+
+BIN="$ROOT/target/envtest/bin"
+TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
+case "$TARGET" in /*) ;; *) TARGET="$ROOT/$TARGET" ;; esac
+OPERATOR="$TARGET/release/event-series"
+
+log() { printf '%s bench: %s\n' "$(date +%T)" "$*" >&2; }
+die() {
+  log "$*"
+  exit 1
+}
+
+# machine_json: the machine and its load right now, as one JSON object.
+machine_json() {
+  local load model
+  load="$(cut -d' ' -f1-3 /proc/loadavg)"
+  model="$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
+  printf '{"date":"%s","nproc":%s,"cpu":"%s","mem_gib":%s,"loadavg":"%s","kernel":"%s"}' \
+    "$(date -u +%FT%TZ)" "$(nproc)" "$model" "$(free -g | awk '/^Mem:/ { print $2 }')" "$load" "$(uname -r)"
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# cluster_start NAME [KEY=VALUE...]: a fresh apiserver in target/envtest-bench-NAME (extra env for
+# hack/cluster-up.sh, e.g. APISERVER_EXTRA_ARGS=...). Sets CLUSTER_DIR, KUBECONFIG_FILE, API_URL.
+cluster_start() {
+  local name="$1"
+  shift
+  CLUSTER_DIR="$ROOT/target/envtest-bench-$name"
+  ENVTEST_DIR="$CLUSTER_DIR" bash "$ROOT/hack/cluster-down.sh" >/dev/null
+  env ENVTEST_DIR="$CLUSTER_DIR" "$@" bash "$ROOT/hack/cluster-up.sh" >&2
+  KUBECONFIG_FILE="$CLUSTER_DIR/kubeconfig"
+  # shellcheck disable=SC1091
+  API_URL="$(. "$CLUSTER_DIR/cluster.env" && echo "$APISERVER_URL")"
+}
+
+cluster_stop() {
+  [ -n "${CLUSTER_DIR:-}" ] && ENVTEST_DIR="$CLUSTER_DIR" bash "$ROOT/hack/cluster-down.sh" >/dev/null 2>&1 || true
+}
+
+k() { "$BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
+
+# api_get PATH: GET on the apiserver as admin.
+api_get() {
+  curl -fsS --max-time 20 --cacert "$CLUSTER_DIR/certs/ca.crt" --cert "$CLUSTER_DIR/certs/admin.crt" \
+    --key "$CLUSTER_DIR/certs/admin.key" "$API_URL$1"
+}
+
+# api_writes: "<core> <events.k8s.io>": the apiserver's own count of write requests (every verb but
+# GET, LIST, WATCH; every response code) on the resource "events" of each group, from its /metrics
+# (apiserver_request_total).
+api_writes() {
+  api_get /metrics | awk '
+    /^apiserver_request_total\{/ && /resource="events"/ && /subresource=""/ && !/verb="(GET|LIST|WATCH|WATCHLIST|CONNECT)"/ {
+      g = $0; sub(/.*group="/, "", g); sub(/".*/, "", g)
+      if (g == "") core += $NF; else if (g == "events.k8s.io") ev += $NF
+    }
+    END { printf "%d %d\n", core, ev }'
+}
+
+# operator_start LOGFILE ARGS...: runs the operator with the admin kubeconfig; sets OP_PID, OP_URL.
+operator_start() {
+  local logfile="$1" port
+  shift
+  port="$(free_port)"
+  OP_URL="http://127.0.0.1:$port"
+  KUBECONFIG="$KUBECONFIG_FILE" NO_COLOR=1 "$OPERATOR" run --metrics-addr "127.0.0.1:$port" "$@" \
+    </dev/null >"$logfile" 2>&1 &
+  OP_PID=$!
+}
+
+operator_ready() { [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$OP_URL/readyz")" = 200 ]; }
+
+# op_metric NAME: the value of one metric line of the operator (first match, exact name+labels).
+op_metric() {
+  curl -fsS --max-time 5 "$OP_URL/metrics" | awk -v m="$1" '$1 == m { print $2; found = 1; exit } END { if (!found) print 0 }'
+}
+
+# rss_kib PID, cpu_ticks PID (utime+stime in clock ticks).
+rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+hwm_kib() { awk '/^VmHWM:/ { print $2 }' "/proc/$1/status"; }
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+
+# stop_pid PID: TERM, wait.
+stop_pid() {
+  [ -n "${1:-}" ] || return 0
+  kill -TERM "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+}
