@@ -41,11 +41,66 @@ fmt:
 build:
     cargo build --release
 
-# The benchmarks (not part of `just test`); figures go to docs/BENCHMARKS.md.
-bench:
+# The benchmarks (not part of `just test`); figures go to docs/BENCHMARKS.md. Ends with bench-e2e (about 45 min).
+bench: && bench-e2e
     cargo bench --bench engine
     cargo bench --bench memory
 
 # A newcomer's first command: local apiserver, the manifests, the operator, a crash-loop storm, the series. DEMO_SECONDS=n stops after n s.
 demo:
     bash hack/demo.sh
+
+# End-to-end benchmarks on private real apiservers (bench/README.md): economy, memory+restart, bookmarks, ingest, plot.
+bench-e2e: bench-build
+    bash bench/economy.sh
+    bash bench/memory.sh
+    bash bench/bookmarks.sh
+    bash bench/ingest.sh
+    cargo bench --bench decode
+    python3 hack/plot.py
+
+# API writes of one crash-loop storm: tools/record, tools/events, kube-rs Recorder, event-series (then the plot).
+bench-economy: bench-build
+    bash bench/economy.sh
+    python3 hack/plot.py
+
+# Operator RSS with 10,000 and 100,000 active series, and restart time to /readyz.
+bench-memory: bench-build
+    bash bench/memory.sh
+
+# Raw events re-sent after forced watch reconnects, with and without bookmarks.
+bench-bookmarks: bench-build
+    bash bench/bookmarks.sh
+
+# Highest sustained rate of raw event changes, with ingest lag, CPU and RSS; the operator's CPU per change without the apiserver.
+bench-ingest: bench-build
+    bash bench/ingest.sh
+    cargo bench --bench decode
+
+# What the end-to-end benchmarks run: the envtest binaries, the release operator, the kube-rs emitter, the loader.
+bench-build:
+    bash hack/build-envtest.sh
+    cargo build --release --bin event-series --example kube_recorder --example bench-loader
+
+# Fault tests (not in `just test`): kill -9 x20 mid-storm, apiserver+etcd restarts, a 10-minute 429 storm of 1,000 keys, then `just fuzz`. FAULTS_SEED replays a run; figures in docs/FAULTS.md.
+faults:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    bash hack/build-envtest.sh   # apiserver, etcd, kubectl and the client-go emitter
+    cargo test --test faults -- --ignored --test-threads=1 --nocapture
+    just fuzz
+
+# The cargo-fuzz targets on event normalisation and mapping, FUZZ_SECONDS each (default 120), seeded with real events (fuzz/seeds). A crash leaves its input in fuzz/artifacts/.
+fuzz:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+    cd fuzz
+    for target in event_json event_fields; do
+      mkdir -p "corpus/$target"
+      seeds=() flags=()
+      if [ "$target" = event_json ]; then seeds=(seeds/event) flags=(-dict=event.dict); fi
+      echo "fuzz: $target for ${FUZZ_SECONDS:-120}s"
+      cargo +nightly fuzz run "$target" "corpus/$target" "${seeds[@]}" -- \
+        -max_total_time="${FUZZ_SECONDS:-120}" -print_final_stats=1 "${flags[@]}"
+    done

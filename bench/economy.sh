@@ -113,13 +113,12 @@ one() {
     api_count="$(jq '[.[].api_count] | add' "$CLUSTER_DIR/emitter.json")"
   fi
   if [ "$approach" = event-series ]; then
-    local series
-    series="$(k get events.v1.events.k8s.io -n "$NS" -l app.kubernetes.io/managed-by=event-series -o json)"
-    op_json="$(jq -n --argjson s "$series" \
+    k get events.v1.events.k8s.io -n "$NS" -l app.kubernetes.io/managed-by=event-series -o json >"$CLUSTER_DIR/series.json"
+    op_json="$(jq -n --slurpfile s "$CLUSTER_DIR/series.json" \
       --arg started "$(op_metric event_series_series_started_total)" \
       --arg finished "$(op_metric event_series_series_finished_total)" \
       --arg occ "$(op_metric event_series_occurrences_total)" \
-      '{series_objects: ($s.items | length),
+      '$s[0] as $s | {series_objects: ($s.items | length),
         series_count_sum: ([$s.items[] | .series.count // 1] | add // 0),
         finished_objects: ([$s.items[] | select(.metadata.labels["eventseries.dev/state"] == "Finished")] | length),
         series_started: ($started | tonumber), series_finished: ($finished | tonumber),

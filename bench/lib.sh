@@ -79,7 +79,7 @@ operator_ready() { [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$OP
 
 # op_metric NAME: the value of one metric line of the operator (first match, exact name+labels).
 op_metric() {
-  curl -fsS --max-time 5 "$OP_URL/metrics" | awk -v m="$1" '$1 == m { print $2; found = 1; exit } END { if (!found) print 0 }'
+  { curl -fsS --max-time 5 "$OP_URL/metrics" || true; } | awk -v m="$1" '$1 == m && !found { v = $2; found = 1 } END { print found ? v : 0 }'
 }
 
 # rss_kib PID, cpu_ticks PID (utime+stime in clock ticks).

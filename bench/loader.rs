@@ -5,7 +5,7 @@
 //! bench-loader seed   --count N [--first I] [--namespaces M]   N legacy events, each already counting 2
 //!                                                             recent occurrences of its own Pod, so each
 //!                                                             becomes a series at once (SPEC Output)
-//! bench-loader filler --count N                               N events labelled managed-by=event-series:
+//! bench-loader filler --count N [--rate R]                    N events labelled managed-by=event-series:
 //!                                                             writes the operator's watch filters out
 //! bench-loader rate   --rate R --duration S [--keys K]        R raw event changes per second for S s:
 //!                                                             new-style events (eventTime with
@@ -54,6 +54,9 @@ enum Mode {
     Filler {
         #[arg(long)]
         count: u64,
+        /// Writes per second (default: as fast as the apiserver answers).
+        #[arg(long)]
+        rate: Option<f64>,
     },
     /// A sustained rate of raw event changes (new-style events, merge patches of their series).
     Rate {
@@ -196,17 +199,22 @@ async fn main() -> anyhow::Result<()> {
                 })
                 .await;
         }
-        Mode::Filler { count } => {
+        Mode::Filler { count, rate } => {
             ensure_namespace(&client, "filler").await?;
             let labels = BTreeMap::from([(
                 "app.kubernetes.io/managed-by".to_string(),
                 "event-series".to_string(),
             )]);
             let api: Api<Event> = Api::namespaced(client.clone(), "filler");
+            let t0 = tokio::time::Instant::now();
             futures::stream::iter(0..count)
                 .map(|i| {
                     let (api, labels) = (api.clone(), labels.clone());
                     async move {
+                        if let Some(rate) = rate.filter(|r| *r > 0.0) {
+                            tokio::time::sleep_until(t0 + Duration::from_secs_f64(i as f64 / rate))
+                                .await;
+                        }
                         let mut ev = legacy_event("filler", i, Some(labels));
                         ev.metadata.name = Some(format!("filler-{i:08}"));
                         api.create(&PostParams::default(), &ev).await
@@ -253,18 +261,26 @@ async fn main() -> anyhow::Result<()> {
                     async {}
                 })
                 .await;
-            // Then the changes, paced: change n is due at n / rate seconds.
+            // Then the changes, paced: change n is due at n / rate seconds. A change that could not
+            // start before the end of --duration (the apiserver is slower than the rate) is skipped,
+            // so that a step lasts --duration whatever the apiserver does.
             let total = (rate * duration).round() as u64;
+            let end = tokio::time::Instant::now() + Duration::from_secs_f64(duration);
+            let skipped = Arc::new(AtomicU64::new(0));
             let counts: Arc<Vec<AtomicU64>> =
                 Arc::new((0..keys).map(|_| AtomicU64::new(1)).collect());
             let t0 = tokio::time::Instant::now();
             let begun = Instant::now();
             futures::stream::iter(0..total)
                 .map(|n| {
-                    let (api, counts) = (api.clone(), counts.clone());
+                    let (api, counts, skipped) = (api.clone(), counts.clone(), skipped.clone());
                     async move {
                         tokio::time::sleep_until(t0 + Duration::from_secs_f64(n as f64 / rate))
                             .await;
+                        if tokio::time::Instant::now() >= end {
+                            skipped.fetch_add(1, Ordering::Relaxed);
+                            return None;
+                        }
                         let i = n % keys;
                         let count = counts[i as usize].fetch_add(1, Ordering::Relaxed) + 1;
                         let series = EventSeries {
@@ -272,22 +288,27 @@ async fn main() -> anyhow::Result<()> {
                             last_observed_time: Some(MicroTime(Timestamp::now())),
                         };
                         let patch = serde_json::json!({ "series": series });
-                        api.patch(
-                            &format!("web-{i:07}.ingest"),
-                            &PatchParams::default(),
-                            &Patch::Merge(&patch),
+                        Some(
+                            api.patch(
+                                &format!("web-{i:07}.ingest"),
+                                &PatchParams::default(),
+                                &Patch::Merge(&patch),
+                            )
+                            .await,
                         )
-                        .await
                     }
                 })
                 .buffer_unordered(conc)
                 .for_each(|r| {
-                    note(r, "change");
+                    if let Some(r) = r {
+                        note(r, "change");
+                    }
                     async {}
                 })
                 .await;
             let secs = begun.elapsed().as_secs_f64();
             summary.insert("target_rate".into(), rate.into());
+            summary.insert("skipped".into(), skipped.load(Ordering::Relaxed).into());
             summary.insert("changes_s".into(), secs.into());
             summary.insert(
                 "achieved_rate".into(),
