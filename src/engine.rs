@@ -606,7 +606,9 @@ impl Engine {
         // N occurrences spread over more than `gaps` windows: the live engine saw each of them alone
         // (exact for what it saw, see module docs), so all but the last are lone.
         let spread = start.is_some_and(|start| {
-            i32::try_from(gaps).is_ok_and(|g| g >= 1 && t - start > window * g)
+            // A span too long to represent (a huge count under a huge window) is no spread.
+            i32::try_from(gaps)
+                .is_ok_and(|g| g >= 1 && window.checked_mul(g).is_some_and(|span| t - start > span))
         });
         if delta >= 2 && spread {
             self.stats.lone += delta - 1;
