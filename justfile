@@ -101,6 +101,7 @@ fuzz:
       seeds=() flags=()
       if [ "$target" = event_json ]; then seeds=(seeds/event) flags=(-dict=event.dict); fi
       echo "fuzz: $target for ${FUZZ_SECONDS:-120}s"
-      cargo +nightly fuzz run "$target" "corpus/$target" "${seeds[@]}" -- \
+      # Saved crashes run first: a regression fails the recipe at once.
+      cargo +nightly fuzz run "$target" "corpus/$target" "regressions/$target" "${seeds[@]}" -- \
         -max_total_time="${FUZZ_SECONDS:-120}" -print_final_stats=1 "${flags[@]}"
     done

@@ -73,6 +73,8 @@ pub enum SettingsError {
     },
     #[error("{field}: {value:?} is shorter than the minimum of 1s")]
     TooShort { field: &'static str, value: String },
+    #[error("{field}: {value:?} is longer than the maximum of 100 years")]
+    TooLong { field: &'static str, value: String },
     #[error("{field}: {message}")]
     Invalid {
         field: &'static str,
@@ -89,6 +91,13 @@ pub fn parse_duration(field: &'static str, value: &str) -> Result<TimeDelta, Set
     })?;
     if d < std::time::Duration::from_secs(1) {
         return Err(SettingsError::TooShort {
+            field,
+            value: value.to_owned(),
+        });
+    }
+    // Far beyond any useful setting, and far from where clock arithmetic overflows.
+    if d > std::time::Duration::from_secs(100 * 365 * 24 * 3600) {
+        return Err(SettingsError::TooLong {
             field,
             value: value.to_owned(),
         });
@@ -240,6 +249,10 @@ mod tests {
         assert!(matches!(
             parse_duration("f", "500ms"),
             Err(SettingsError::TooShort { .. })
+        ));
+        assert!(matches!(
+            parse_duration("f", "1000000y"),
+            Err(SettingsError::TooLong { .. })
         ));
         let e = parse_duration("spec.finishAfter", "soon").unwrap_err();
         assert!(e.to_string().starts_with("spec.finishAfter"));

@@ -1,0 +1,162 @@
+//! SIGKILL at random moments of a storm (SPEC Restart): after each restart the operator rebuilds its
+//! state from its own series objects and the raw events; in the end every key has exactly one series
+//! object, Finished, with exactly the occurrences the raw events hold.
+
+use crate::fixture::{Dedicated, TestNamespace, client_for};
+use crate::support::*;
+use anyhow::{Result, ensure};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "slow: run by just faults"]
+async fn kill_9_at_random_points_of_a_storm_keeps_one_exact_object_per_loop() -> Result<()> {
+    let kills = env_secs("FAULTS_KILLS", 20) as usize;
+    let storm = Duration::from_secs(env_secs("FAULTS_KILL9_STORM_SECONDS", 200));
+    let mut rng = Rng::from_env("kill9");
+    let cluster = Dedicated::start("faults-kill9", &[])?;
+    let client = client_for(&cluster.kubeconfig).await?;
+    let ns = TestNamespace::new(&client, "faults-kill9").await?;
+    let kubeconfig = cluster.kubeconfig.clone();
+    // finishAfter and seriesWindow far longer than any restart gap: a loop never ends while the
+    // operator is down, so each loop must end as one object. Heartbeats every 3 s: many writes in
+    // flight when the kill comes.
+    let flags: Vec<String> = [
+        "--namespace",
+        &ns.name,
+        "--finish-after",
+        "60s",
+        "--series-window",
+        "60s",
+        "--heartbeat-interval",
+        "3s",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let start_op = |log: String| {
+        let (kubeconfig, flags) = (kubeconfig.clone(), flags.clone());
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = flags.iter().map(String::as_str).collect();
+            Op::start(&kubeconfig, &log, &args)
+        })
+    };
+    let log = ns.name.clone();
+    let mut op = start_op(log.clone()).await??;
+
+    let started = Instant::now();
+    let stop = started + storm;
+    // The kubelet's own recorder (client-go tools/record): 12 crash loops, 24 occurrences each, slow
+    // enough to stay within its spam filter's burst (25), so that no loop has a 5-minute hole.
+    let seed = (rng.next() % 1_000_000).to_string();
+    let rate = format!("{:.3}", 24.0 / (storm.as_secs_f64() * 0.8));
+    let emitter = Emitter::spawn(
+        &kubeconfig,
+        &ns.name,
+        &ns.name,
+        &[
+            "--recorder",
+            "legacy",
+            "--scenario",
+            "crashloop",
+            "--pods",
+            "12",
+            "--rate",
+            &rate,
+            "--count",
+            "24",
+            "--seed",
+            &seed,
+        ],
+    )?;
+    // And 30 loops written straight to the API, two occurrences a second each.
+    let stats = Arc::new(WriteStats::default());
+    let mut loops = crash_loops(
+        std::slice::from_ref(&client),
+        &ns.name,
+        "loop",
+        30,
+        Duration::from_millis(500),
+        stop,
+        &mut rng,
+        &stats,
+    );
+
+    // The kills: one in each of `kills` equal slices of the storm, at a random point of the slice.
+    // After a kill the operator stays down 0–3 s; one restart in four is killed again while it
+    // recovers (before it is ready).
+    let slice = storm.saturating_sub(Duration::from_secs(10)) / kills as u32;
+    let (mut done, mut in_recovery) = (0, 0);
+    for i in 0..kills {
+        let at = started + slice * i as u32 + rng.millis(0, slice.as_millis() as u64);
+        tokio::time::sleep_until(at.max(Instant::now()).into()).await;
+        op.kill9()?;
+        done += 1;
+        tokio::time::sleep(rng.millis(0, 3000)).await;
+        if rng.next().is_multiple_of(4) {
+            let early = Op::spawn(&kubeconfig, &log, &flags_ref(&flags))?;
+            tokio::time::sleep(rng.millis(50, 1500)).await;
+            early.kill9()?;
+            in_recovery += 1;
+        }
+        op = start_op(log.clone()).await??;
+        println!(
+            "kill {} at {:>5.1}s",
+            i + 1,
+            (Instant::now() - started).as_secs_f64()
+        );
+    }
+
+    let mut written = std::collections::BTreeMap::new();
+    while let Some(done) = loops.join_next().await {
+        let (pod, count) = done??;
+        written.insert(pod, count);
+    }
+    let emitted = tokio::task::spawn_blocking(move || emitter.wait()).await??;
+    let truth = raw_truth(&client, &ns.name).await?;
+    // The raw events hold what the loops wrote (a sanity check of the storm itself).
+    for (pod, count) in &written {
+        ensure!(
+            truth.get(&(pod.clone(), "BackOff".into())) == Some(count),
+            "raw events of {pod} hold {:?}, the loop wrote {count}",
+            truth.get(&(pod.clone(), "BackOff".into()))
+        );
+    }
+    for (key, api_count) in &emitted {
+        ensure!(
+            truth.get(key) == Some(api_count),
+            "{key:?}: emitter says {api_count}"
+        );
+    }
+
+    let outcome = settle(&client, &ns.name, &truth, Duration::from_secs(400)).await?;
+    println!(
+        "kill -9: {done} kills ({in_recovery} more during recovery), {} keys, {} occurrences ({}), \
+         {} series objects, split keys {:?}, wrong counts {:?}, lost {}",
+        outcome.keys,
+        outcome.occurrences,
+        stats.summary(),
+        outcome.objects,
+        outcome.split,
+        outcome.wrong,
+        outcome.lost()
+    );
+    ensure!(
+        outcome.wrong.is_empty(),
+        "counts differ: {:?}",
+        outcome.wrong
+    );
+    ensure!(
+        outcome.split.is_empty(),
+        "keys with more than one object: {:?}",
+        outcome.split
+    );
+    ensure!(outcome.objects == outcome.keys);
+    ensure!(op.alive(), "the last operator still runs");
+    drop(op);
+    ns.cleanup().await
+}
+
+fn flags_ref(flags: &[String]) -> Vec<&str> {
+    flags.iter().map(String::as_str).collect()
+}

@@ -1,0 +1,535 @@
+//! What the fault tests share: an operator process that can be killed at any moment (also before it
+//! is ready), loops of raw events written straight to the API (retrying through 429s, 5xx and a dead
+//! apiserver), the client-go emitter in the background, and the per-key check against the raw events.
+
+use crate::fixture::repo_root;
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::Event as CoreEvent;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// A small deterministic generator (xorshift64*), so that a run is reproducible from its printed seed.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.max(1))
+    }
+
+    /// The seed from `FAULTS_SEED`, else from the clock; printed so a failure can be replayed.
+    pub fn from_env(what: &str) -> Rng {
+        let seed = std::env::var("FAULTS_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |d| d.as_nanos() as u64)
+            });
+        println!("{what}: FAULTS_SEED={seed}");
+        Rng::new(seed)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Uniform in `[lo, hi)` milliseconds.
+    pub fn millis(&mut self, lo: u64, hi: u64) -> Duration {
+        Duration::from_millis(lo + self.next() % (hi - lo).max(1))
+    }
+}
+
+/// Seconds from an environment variable, else `default`.
+pub fn env_secs(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// One `event-series run` process. Killed (SIGKILL) when dropped.
+pub struct Op {
+    child: Child,
+    addr: String,
+    pub log: PathBuf,
+}
+
+impl Op {
+    /// Starts the operator and returns at once (it may still be recovering).
+    pub fn spawn(kubeconfig: &Path, log: &str, args: &[&str]) -> Result<Op> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let dir = repo_root().join("target/faults-logs");
+        std::fs::create_dir_all(&dir)?;
+        let log_path = dir.join(format!("{log}.log"));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)?;
+        let child = Command::new(env!("CARGO_BIN_EXE_event-series"))
+            .args(["run", "--metrics-addr", &addr])
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", "info,event_series=debug")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()?;
+        Ok(Op {
+            child,
+            addr,
+            log: log_path,
+        })
+    }
+
+    /// Starts the operator and waits until `/readyz` answers 200.
+    pub fn start(kubeconfig: &Path, log: &str, args: &[&str]) -> Result<Op> {
+        let mut op = Op::spawn(kubeconfig, log, args)?;
+        op.wait_ready(Duration::from_secs(120))?;
+        Ok(op)
+    }
+
+    pub fn get(&self, path: &str) -> Option<(u16, String)> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&self.addr).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).ok()?;
+        let code = text.split_whitespace().nth(1)?.parse().ok()?;
+        let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
+        Some((code, body))
+    }
+
+    pub fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait()? {
+                bail!(
+                    "operator exited before it was ready: {status} (log {})",
+                    self.log.display()
+                );
+            }
+            if matches!(self.get("/readyz"), Some((200, _))) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        bail!(
+            "operator not ready within {timeout:?} (log {})",
+            self.log.display()
+        )
+    }
+
+    /// Whether the process still runs.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// The value of one metric line (exact name with labels), 0 when absent.
+    pub fn metric(&self, name: &str) -> f64 {
+        self.get("/metrics")
+            .and_then(|(_, body)| {
+                body.lines()
+                    .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            })
+            .unwrap_or(0.0)
+    }
+
+    /// SIGKILL, no flush.
+    pub fn kill9(mut self) -> Result<()> {
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
+    }
+
+    /// SIGTERM and the exit status.
+    pub fn terminate(mut self) -> Result<std::process::ExitStatus> {
+        Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()?;
+        Ok(self.child.wait()?)
+    }
+}
+
+impl Drop for Op {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The client-go emitter running in the background, its ground truth written to a file.
+pub struct Emitter {
+    child: Child,
+    output: PathBuf,
+}
+
+/// One line of the emitter's ground truth.
+#[derive(Debug, serde::Deserialize)]
+pub struct Truth {
+    pub regarding: TruthRef,
+    pub reason: String,
+    pub api_count: u64,
+}
+
+#[derive(Debug, serde::Deserialize)]
+pub struct TruthRef {
+    pub name: String,
+}
+
+impl Emitter {
+    pub fn spawn(kubeconfig: &Path, ns: &str, log: &str, args: &[&str]) -> Result<Emitter> {
+        let status = Command::new("bash")
+            .arg(repo_root().join("hack/build-envtest.sh"))
+            .arg("emitter")
+            .status()?;
+        if !status.success() {
+            bail!("building the emitter failed: {status}");
+        }
+        let dir = repo_root().join("target/faults-logs");
+        std::fs::create_dir_all(&dir)?;
+        let output = dir.join(format!("{log}.truth.json"));
+        let _ = std::fs::remove_file(&output);
+        let err = std::fs::File::create(dir.join(format!("{log}.emitter.log")))?;
+        let child = Command::new(repo_root().join("target/envtest/bin/emitter"))
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["--namespace", ns, "--output"])
+            .arg(&output)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(err)
+            .spawn()?;
+        Ok(Emitter { child, output })
+    }
+
+    /// Waits for the emitter and returns its ground truth: occurrences per (regarding name, reason).
+    pub fn wait(mut self) -> Result<BTreeMap<(String, String), u64>> {
+        let status = self.child.wait()?;
+        if !status.success() {
+            bail!("emitter failed: {status}");
+        }
+        let truth: Vec<Truth> = serde_json::from_slice(&std::fs::read(&self.output)?)?;
+        Ok(truth
+            .into_iter()
+            .map(|t| ((t.regarding.name, t.reason), t.api_count))
+            .collect())
+    }
+}
+
+impl Drop for Emitter {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// What the raw-event loops met on their way.
+#[derive(Debug, Default)]
+pub struct WriteStats {
+    pub writes: AtomicU64,
+    pub throttled: AtomicU64,
+    pub failed: AtomicU64,
+    pub timed_out: AtomicU64,
+    /// Longest time from an occurrence (its lastTimestamp) to the write that recorded it.
+    pub longest_delay_ms: AtomicU64,
+}
+
+impl WriteStats {
+    pub fn summary(&self) -> String {
+        format!(
+            "{} writes accepted, {} answered 429 (after the client's own retries), {} other \
+             failures and {} unanswered requests (30 s) retried, longest delay from an \
+             occurrence to its write {:.1}s",
+            self.writes.load(Ordering::Relaxed),
+            self.throttled.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+            self.timed_out.load(Ordering::Relaxed),
+            self.longest_delay_ms.load(Ordering::Relaxed) as f64 / 1000.0
+        )
+    }
+}
+
+/// Retries `call` until the API accepts it: through 429s, 5xx, and connection errors while the
+/// apiserver is down. `done_if_conflict`: a 409 means an earlier attempt went through (a create).
+async fn until_accepted<T, F, Fut>(
+    stats: &WriteStats,
+    deadline: Instant,
+    done_if_conflict: bool,
+    mut call: F,
+) -> Result<Option<T>>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = kube::Result<T>>,
+{
+    let mut pause = Duration::from_millis(20);
+    loop {
+        // A request the apiserver never answers (seen under the 429 storm) must not hang the loop:
+        // it is retried like a failure.
+        match tokio::time::timeout(Duration::from_secs(30), call()).await {
+            Ok(Ok(v)) => {
+                stats.writes.fetch_add(1, Ordering::Relaxed);
+                return Ok(Some(v));
+            }
+            Ok(Err(kube::Error::Api(s))) if s.code == 409 && done_if_conflict => {
+                stats.writes.fetch_add(1, Ordering::Relaxed);
+                return Ok(None);
+            }
+            Ok(Err(kube::Error::Api(s))) if s.code == 429 => {
+                stats.throttled.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(Err(kube::Error::Api(s))) if s.code < 500 => {
+                bail!("write refused: {s:?}")
+            }
+            Ok(Err(_)) => {
+                stats.failed.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                stats.timed_out.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("a write was not accepted before the deadline");
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(500));
+    }
+}
+
+/// A kubelet-style crash loop written straight to the API: raw event `<prefix>-<i>` about pod
+/// `<prefix>-pod-<i>`, created with count 1 and patched with the next count every `period` (±20%)
+/// until `stop`. Counts are absolute, so a patch retried after a lost answer cannot count twice.
+/// Returns the count the loop reached.
+#[allow(clippy::too_many_arguments)]
+pub async fn crash_loop(
+    client: kube::Client,
+    ns: String,
+    prefix: String,
+    i: usize,
+    period: Duration,
+    stop: Instant,
+    mut rng: Rng,
+    stats: Arc<WriteStats>,
+) -> Result<u64> {
+    let api: Api<CoreEvent> = Api::namespaced(client, &ns);
+    let name = format!("{prefix}-{i}");
+    let pod = format!("{prefix}-pod-{i}");
+    let hard = stop + Duration::from_secs(600);
+    // A random phase, so that the loops do not write in step.
+    tokio::time::sleep(rng.millis(0, period.as_millis() as u64 + 1)).await;
+    let ev = crate::fixture::kubelet_backoff(&ns, &name, &pod, 1);
+    let pp = PostParams::default();
+    until_accepted(&stats, hard, true, || api.create(&pp, &ev)).await?;
+    let mut count = 1u64;
+    let params = PatchParams::default();
+    loop {
+        let jitter = period.as_millis() as u64 / 5;
+        let sleep = rng.millis(
+            period.as_millis() as u64 - jitter,
+            period.as_millis() as u64 + jitter + 1,
+        );
+        tokio::time::sleep(sleep).await;
+        if Instant::now() >= stop {
+            return Ok(count);
+        }
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let occurred = Instant::now();
+        let patch = Patch::Merge(serde_json::json!({"count": count + 1, "lastTimestamp": now}));
+        until_accepted(&stats, hard, false, || api.patch(&name, &params, &patch)).await?;
+        let delay = occurred.elapsed().as_millis() as u64;
+        stats.longest_delay_ms.fetch_max(delay, Ordering::Relaxed);
+        count += 1;
+    }
+}
+
+/// Starts `n` crash loops and returns their handles; loop `i` writes through `clients[i % len]`.
+#[allow(clippy::too_many_arguments)]
+pub fn crash_loops(
+    clients: &[kube::Client],
+    ns: &str,
+    prefix: &str,
+    n: usize,
+    period: Duration,
+    stop: Instant,
+    rng: &mut Rng,
+    stats: &Arc<WriteStats>,
+) -> tokio::task::JoinSet<Result<(String, u64)>> {
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let client = clients[i % clients.len()].clone();
+        let (ns, prefix) = (ns.to_owned(), prefix.to_owned());
+        let (rng, stats) = (Rng::new(rng.next()), stats.clone());
+        set.spawn(async move {
+            let pod = format!("{prefix}-pod-{i}");
+            let count = crash_loop(client, ns, prefix, i, period, stop, rng, stats).await?;
+            Ok((pod, count))
+        });
+    }
+    set
+}
+
+/// Occurrences per (regarding name, reason) that the raw events in `ns` hold: what the operator must
+/// end up with.
+pub async fn raw_truth(client: &kube::Client, ns: &str) -> Result<BTreeMap<(String, String), u64>> {
+    let api: Api<CoreEvent> = Api::namespaced(client.clone(), ns);
+    let mut out = BTreeMap::new();
+    let mut lp = ListParams::default()
+        .labels("app.kubernetes.io/managed-by!=event-series")
+        .limit(500);
+    loop {
+        let list = api.list(&lp).await?;
+        for ev in &list.items {
+            let count = ev
+                .series
+                .as_ref()
+                .and_then(|s| s.count)
+                .or(ev.count)
+                .unwrap_or(1)
+                .max(1) as u64;
+            let key = (
+                ev.involved_object.name.clone().unwrap_or_default(),
+                ev.reason.clone().unwrap_or_default(),
+            );
+            *out.entry(key).or_default() += count;
+        }
+        match list.metadata.continue_ {
+            Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
+            _ => break,
+        }
+    }
+    Ok(out)
+}
+
+/// The operator's series objects in a namespace (paginated).
+pub async fn series(client: &kube::Client, ns: &str) -> Result<Vec<Event>> {
+    let api: Api<Event> = Api::namespaced(client.clone(), ns);
+    let mut out = Vec::new();
+    let mut lp = ListParams::default()
+        .labels("app.kubernetes.io/managed-by=event-series")
+        .limit(500);
+    loop {
+        let list = api.list(&lp).await?;
+        out.extend(list.items);
+        match list.metadata.continue_ {
+            Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
+            _ => break,
+        }
+    }
+    Ok(out)
+}
+
+pub fn state(e: &Event) -> &str {
+    e.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("eventseries.dev/state"))
+        .map_or("", String::as_str)
+}
+
+pub fn count(e: &Event) -> u64 {
+    e.series.as_ref().map_or(1, |s| s.count as u64)
+}
+
+fn key_of(e: &Event) -> (String, String) {
+    (
+        e.regarding
+            .as_ref()
+            .and_then(|r| r.name.clone())
+            .unwrap_or_default(),
+        e.reason.clone().unwrap_or_default(),
+    )
+}
+
+/// What the operator ended with, key by key.
+#[derive(Debug)]
+pub struct Outcome {
+    pub keys: usize,
+    pub occurrences: u64,
+    pub objects: usize,
+    /// Keys with more than one series object, and how many objects each.
+    pub split: BTreeMap<(String, String), usize>,
+    /// Keys whose series hold fewer (negative) or more occurrences than the raw events.
+    pub wrong: BTreeMap<(String, String), i64>,
+}
+
+impl Outcome {
+    pub fn lost(&self) -> i64 {
+        self.wrong.values().filter(|d| **d < 0).map(|d| -d).sum()
+    }
+}
+
+/// Waits (up to `timeout`) until every series object in `ns` is Finished and each key's series hold
+/// exactly the occurrences of `truth`, then reports. On timeout, reports what there is.
+pub async fn settle(
+    client: &kube::Client,
+    ns: &str,
+    truth: &BTreeMap<(String, String), u64>,
+    timeout: Duration,
+) -> Result<Outcome> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let objects = series(client, ns).await.context("listing series")?;
+        let mut sums: BTreeMap<(String, String), (u64, usize)> = BTreeMap::new();
+        for e in &objects {
+            let s = sums.entry(key_of(e)).or_default();
+            s.0 += count(e);
+            s.1 += 1;
+        }
+        let mut wrong = BTreeMap::new();
+        for (k, want) in truth {
+            let got = sums.get(k).map_or(0, |s| s.0);
+            if got != *want {
+                wrong.insert(k.clone(), got as i64 - *want as i64);
+            }
+        }
+        for (k, (got, _)) in &sums {
+            if !truth.contains_key(k) {
+                wrong.insert(k.clone(), *got as i64);
+            }
+        }
+        let all_finished = objects.iter().all(|e| state(e) == "Finished");
+        if (wrong.is_empty() && all_finished) || Instant::now() > deadline {
+            let split = sums
+                .iter()
+                .filter(|(_, s)| s.1 > 1)
+                .map(|(k, s)| (k.clone(), s.1))
+                .collect();
+            if !all_finished {
+                let ongoing = objects.iter().filter(|e| state(e) != "Finished").count();
+                println!("timed out with {ongoing} series not Finished");
+            }
+            return Ok(Outcome {
+                keys: truth.len(),
+                occurrences: truth.values().sum(),
+                objects: objects.len(),
+                split,
+                wrong,
+            });
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
