@@ -1,10 +1,15 @@
 //! Odd raw events map to series objects that the events.k8s.io/v1 API accepts, and successive writes
-//! of one series never touch a field the API makes immutable. The rules are restated here from the
-//! apiserver's `ValidateEventCreate`/`ValidateEventUpdate`; the end-to-end tests check them against the
-//! real apiserver.
+//! of one series never touch a field the API makes immutable. The rules, restated from the apiserver's
+//! `ValidateEventCreate`/`ValidateEventUpdate`, are the fuzz targets' (`fuzz/src/check.rs`); the
+//! end-to-end tests check them against the real apiserver.
 
 mod support;
 
+#[allow(dead_code)]
+#[path = "../fuzz/src/check.rs"]
+mod check;
+
+use check::immutable;
 use chrono::TimeDelta;
 use event_series::engine::{Engine, Intent};
 use event_series::key;
@@ -13,101 +18,9 @@ use k8s_openapi::api::core::v1::{Event, ObjectReference};
 use k8s_openapi::api::events::v1 as events;
 use support::*;
 
-fn is_dns_label_chars(l: &str) -> bool {
-    !l.is_empty()
-        && l.len() <= 63
-        && l.chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !l.starts_with('-')
-        && !l.ends_with('-')
-}
-
-fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_dns_label_chars)
-}
-
-fn is_qualified_name(s: &str) -> bool {
-    let (prefix, name) = match s.split_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, s),
-    };
-    let ends_ok = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
-    !name.is_empty()
-        && name.len() <= 63
-        && ends_ok(name.chars().next())
-        && ends_ok(name.chars().last())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        && prefix.is_none_or(is_dns_subdomain)
-}
-
-/// The events.k8s.io/v1 create rules.
+/// The create rules, the raw namespace being a valid one.
 fn create_errors(e: &events::Event) -> Vec<String> {
-    let mut errs = Vec::new();
-    let mut check = |ok: bool, what: &str| {
-        if !ok {
-            errs.push(what.to_owned());
-        }
-    };
-    let s = |o: &Option<String>| o.clone().unwrap_or_default();
-    let name = s(&e.metadata.name);
-    let ns = s(&e.metadata.namespace);
-    check(is_dns_subdomain(&name) && !name.is_empty(), "metadata.name");
-    check(
-        is_dns_subdomain(&ns) && !ns.is_empty(),
-        "metadata.namespace",
-    );
-    check(e.event_time.is_some(), "eventTime required");
-    let series = e.series.as_ref();
-    check(series.is_some_and(|s| s.count >= 2), "series.count >= 2");
-    check(
-        matches!(e.type_.as_deref(), Some("Normal" | "Warning")),
-        "type",
-    );
-    let regarding_ns = e
-        .regarding
-        .as_ref()
-        .and_then(|r| r.namespace.clone())
-        .unwrap_or_default();
-    check(
-        !regarding_ns.is_empty() || ns == "default" || ns == "kube-system",
-        "namespace for cluster-scoped regarding",
-    );
-    let rc = s(&e.reporting_controller);
-    check(is_qualified_name(&rc), "reportingController");
-    let ri = s(&e.reporting_instance);
-    check(!ri.is_empty() && ri.len() <= 128, "reportingInstance");
-    let action = s(&e.action);
-    check(!action.is_empty() && action.len() <= 128, "action");
-    let reason = s(&e.reason);
-    check(!reason.is_empty() && reason.len() <= 128, "reason");
-    check(s(&e.note).len() <= 1024, "note");
-    check(
-        e.deprecated_count.is_none()
-            && e.deprecated_source.is_none()
-            && e.deprecated_first_timestamp.is_none()
-            && e.deprecated_last_timestamp.is_none(),
-        "deprecated fields unset",
-    );
-    errs
-}
-
-/// The fields `ValidateEventUpdate` makes immutable.
-fn immutable(e: &events::Event) -> impl PartialEq + std::fmt::Debug {
-    (
-        e.regarding.clone(),
-        e.related.clone(),
-        e.reason.clone(),
-        e.note.clone(),
-        e.type_.clone(),
-        e.event_time.clone(),
-        e.action.clone(),
-        e.reporting_controller.clone(),
-        e.reporting_instance.clone(),
-        e.metadata.name.clone(),
-        e.metadata.namespace.clone(),
-    )
+    check::create_errors(e, true)
 }
 
 fn odd_events() -> Vec<(&'static str, Event)> {

@@ -236,7 +236,8 @@ type Immutable = (
     Option<i64>,
 );
 
-fn immutable(e: &events::Event) -> Immutable {
+/// The fields `ValidateEventUpdate` makes immutable, for comparing writes of one object.
+pub fn immutable(e: &events::Event) -> Immutable {
     (
         e.regarding.clone(),
         e.related.clone(),

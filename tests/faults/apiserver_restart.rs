@@ -185,7 +185,7 @@ async fn apiserver_and_etcd_restarts_mid_storm_need_no_manual_step() -> Result<(
         ],
     )?;
     let stats = Arc::new(WriteStats::default());
-    let mut loops = crash_loops(
+    let loops = crash_loops(
         std::slice::from_ref(&client),
         &ns.name,
         "loop",
@@ -243,26 +243,8 @@ async fn apiserver_and_etcd_restarts_mid_storm_need_no_manual_step() -> Result<(
         );
     }
 
-    let mut written = std::collections::BTreeMap::new();
-    while let Some(done) = loops.join_next().await {
-        let (pod, count) = done??;
-        written.insert(pod, count);
-    }
-    let emitted = tokio::task::spawn_blocking(move || emitter.wait()).await??;
-    let truth = raw_truth(&client, &ns.name).await?;
-    for (pod, count) in &written {
-        ensure!(
-            truth.get(&(pod.clone(), "BackOff".into())) == Some(count),
-            "raw events of {pod}: {:?}, the loop wrote {count}",
-            truth.get(&(pod.clone(), "BackOff".into()))
-        );
-    }
-    for (key, api_count) in &emitted {
-        ensure!(
-            truth.get(key) == Some(api_count),
-            "{key:?}: emitter says {api_count}"
-        );
-    }
+    let truth = storm_truth(loops, emitter, &client, &ns.name).await?;
+
     let outcome = settle(&client, &ns.name, &truth, Duration::from_secs(400)).await?;
     let watch_restarts = op.metric("event_series_watch_restarts_total") - restarts_before;
     let relists = op.metric("event_series_watch_relists_total");

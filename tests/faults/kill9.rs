@@ -71,7 +71,7 @@ async fn kill_9_at_random_points_of_a_storm_keeps_one_exact_object_per_loop() ->
     )?;
     // And 30 loops written straight to the API, two occurrences a second each.
     let stats = Arc::new(WriteStats::default());
-    let mut loops = crash_loops(
+    let loops = crash_loops(
         std::slice::from_ref(&client),
         &ns.name,
         "loop",
@@ -107,27 +107,7 @@ async fn kill_9_at_random_points_of_a_storm_keeps_one_exact_object_per_loop() ->
         );
     }
 
-    let mut written = std::collections::BTreeMap::new();
-    while let Some(done) = loops.join_next().await {
-        let (pod, count) = done??;
-        written.insert(pod, count);
-    }
-    let emitted = tokio::task::spawn_blocking(move || emitter.wait()).await??;
-    let truth = raw_truth(&client, &ns.name).await?;
-    // The raw events hold what the loops wrote (a sanity check of the storm itself).
-    for (pod, count) in &written {
-        ensure!(
-            truth.get(&(pod.clone(), "BackOff".into())) == Some(count),
-            "raw events of {pod} hold {:?}, the loop wrote {count}",
-            truth.get(&(pod.clone(), "BackOff".into()))
-        );
-    }
-    for (key, api_count) in &emitted {
-        ensure!(
-            truth.get(key) == Some(api_count),
-            "{key:?}: emitter says {api_count}"
-        );
-    }
+    let truth = storm_truth(loops, emitter, &client, &ns.name).await?;
 
     let outcome = settle(&client, &ns.name, &truth, Duration::from_secs(400)).await?;
     println!(

@@ -392,6 +392,38 @@ pub fn crash_loops(
     set
 }
 
+/// Waits for the loops and the emitter of a storm, and returns what the raw events in `ns` hold, after
+/// checking that they hold exactly what the loops wrote and the emitter reports (a check of the storm
+/// itself, before the operator's figures are compared with it).
+pub async fn storm_truth(
+    mut loops: tokio::task::JoinSet<Result<(String, u64)>>,
+    emitter: Emitter,
+    client: &kube::Client,
+    ns: &str,
+) -> Result<BTreeMap<(String, String), u64>> {
+    let mut written = BTreeMap::new();
+    while let Some(done) = loops.join_next().await {
+        let (pod, count) = done??;
+        written.insert(pod, count);
+    }
+    let emitted = tokio::task::spawn_blocking(move || emitter.wait()).await??;
+    let truth = raw_truth(client, ns).await?;
+    for (pod, count) in &written {
+        let held = truth.get(&(pod.clone(), "BackOff".into()));
+        anyhow::ensure!(
+            held == Some(count),
+            "raw events of {pod} hold {held:?}, the loop wrote {count}"
+        );
+    }
+    for (key, api_count) in &emitted {
+        anyhow::ensure!(
+            truth.get(key) == Some(api_count),
+            "{key:?}: emitter says {api_count}"
+        );
+    }
+    Ok(truth)
+}
+
 /// Occurrences per (regarding name, reason) that the raw events in `ns` hold: what the operator must
 /// end up with.
 pub async fn raw_truth(client: &kube::Client, ns: &str) -> Result<BTreeMap<(String, String), u64>> {
