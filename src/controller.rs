@@ -11,7 +11,7 @@
 //! ```
 
 use crate::engine::{Engine, EngineConfig};
-use crate::key::{self, RawId};
+use crate::key::{self, OwnedObservation, RawId};
 use crate::mapping::managed_selector;
 use crate::metrics::Metrics;
 use crate::policies::{self, Changed, PolicyState, StatusWriter};
@@ -122,12 +122,14 @@ fn observe(engine: &mut Engine, metrics: &Metrics, ev: &CoreEvent, watched: bool
             }
             engine.observe(now, &obs)
         }
-        Err(e) => {
-            tracing::warn!(name = ?ev.metadata.name, namespace = ?ev.metadata.namespace,
-                error = %e, "raw event skipped");
-            metrics.dropped(e.reason(), 1);
-        }
+        Err(e) => skipped(metrics, ev, &e),
     }
+}
+
+fn skipped(metrics: &Metrics, ev: &CoreEvent, e: &key::NormaliseError) {
+    tracing::warn!(name = ?ev.metadata.name, namespace = ?ev.metadata.namespace,
+        error = %e, "raw event skipped");
+    metrics.dropped(e.reason(), 1);
 }
 
 fn on_policy_event(
@@ -265,8 +267,9 @@ pub async fn run(
         config.watch_timeout_secs,
         config.watch_bookmarks,
     ));
-    // The first list is replayed in time order once complete (see `recovery::sort_for_replay`).
-    let mut first_list: Option<Vec<Box<CoreEvent>>> = Some(Vec::new());
+    // The first list is buffered in compact form and replayed in time order once complete (see
+    // `recovery::sort_for_replay`).
+    let mut first_list: Option<Vec<OwnedObservation>> = Some(Vec::new());
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let stop;
@@ -282,29 +285,25 @@ pub async fn run(
                         }
                     }
                     Step::Listed(ev) => match first_list.as_mut() {
-                        Some(buffer) => buffer.push(ev),
+                        Some(buffer) => match key::observe(&ev) {
+                            Ok(obs) => buffer.push(OwnedObservation::new(&obs)),
+                            Err(e) => skipped(&metrics, &ev, &e),
+                        },
                         None => observe(&mut engine, &metrics, &ev, false),
                     },
                     Step::ListDone { resource_version: rv } => {
                         let rv = resource_version(&rv).unwrap_or(0);
                         match first_list.take() {
-                            Some(buffer) => {
-                                let mut listed = Vec::with_capacity(buffer.len());
-                                for ev in &buffer {
-                                    match key::observe(ev) {
-                                        Ok(obs) => listed.push(obs),
-                                        Err(e) => metrics.dropped(e.reason(), 1),
-                                    }
-                                }
+                            Some(mut listed) => {
                                 recovery::sort_for_replay(&mut listed);
                                 let now = Utc::now();
                                 for obs in &listed {
-                                    engine.observe(now, obs);
+                                    engine.observe(now, &obs.view());
                                 }
                                 engine.checkpoint(rv);
                                 engine.end_recovery(now);
                                 ready.store(true, Ordering::Relaxed);
-                                tracing::info!(raw_events = buffer.len(), active = engine.active_series(),
+                                tracing::info!(raw_events = listed.len(), active = engine.active_series(),
                                     "recovered; watching");
                             }
                             None => {

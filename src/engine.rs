@@ -138,7 +138,7 @@ pub struct Snapshot {
     pub name: String,
     pub namespace: Arc<str>,
     /// The key and the note.
-    pub key: Arc<KeyBuf>,
+    pub key: KeyBuf,
     pub count: u64,
     pub first: DateTime<Utc>,
     pub last: DateTime<Utc>,
@@ -194,14 +194,18 @@ pub struct Stats {
 /// What a candidate or a series has counted.
 #[derive(Clone, Debug)]
 struct Tally {
-    key: Arc<KeyBuf>,
+    key: KeyBuf,
     namespace: Arc<str>,
     count: u64,
     first: DateTime<Utc>,
     last: DateTime<Utc>,
     /// Most recently updated last; at most [`MAX_SOURCES`].
-    sources: Vec<Source>,
+    sources: Sources,
 }
+
+/// Most series and dormant keys have one raw object for their whole life: it is kept inline, without
+/// a heap allocation of its own.
+type Sources = smallvec::SmallVec<[Source; 1]>;
 
 impl Tally {
     fn add(&mut self, raw: RawId, raw_count: u64, delta: u64, t: DateTime<Utc>) {
@@ -212,13 +216,13 @@ impl Tally {
 }
 
 /// Notes that `raw` has reached `count`, keeping the most recently updated [`MAX_SOURCES`].
-fn record(sources: &mut Vec<Source>, raw: RawId, count: u64, t: DateTime<Utc>) {
+fn record(sources: &mut Sources, raw: RawId, count: u64, t: DateTime<Utc>) {
     if let Some(i) = sources.iter().position(|s| s.raw == raw) {
         sources.remove(i);
     } else if sources.len() >= MAX_SOURCES {
         sources.remove(0);
     } else {
-        // Most series have one source: grow one at a time rather than to four.
+        // Past the inline one, grow one at a time rather than doubling: few keys have many.
         sources.reserve_exact(1);
     }
     sources.push(Source {
@@ -247,7 +251,7 @@ struct Series {
 struct Dormant {
     namespace: Arc<str>,
     last: DateTime<Utc>,
-    sources: Vec<Source>,
+    sources: Sources,
 }
 
 /// The keys governed by one policy. The LRU order of `candidates` and `dormant` is the order of their
@@ -471,14 +475,14 @@ impl Engine {
         let (namespace, slot_idx) = self.namespace(&p.namespace);
         let interval = self.policies.settings(slot_idx).heartbeat_interval;
         let id = p.id;
-        let key = Arc::new(p.key);
+        let key = p.key;
         if object_name(&key.view(), id, p.first) != p.name {
             self.names.insert(id, Arc::from(p.name));
         }
         // Next heartbeat one interval after the last write, but never all restored series at once.
         let spread = now + jitter(id, interval / 8);
-        let mut sources = p.sources;
-        sources.truncate(MAX_SOURCES);
+        let mut sources: Sources = p.sources.into_iter().take(MAX_SOURCES).collect();
+        sources.shrink_to_fit();
         let series = Series {
             tally: Tally {
                 key,
@@ -643,7 +647,7 @@ impl Engine {
                     Self::make_dormant(slot, old, evicted, max_candidates);
                 }
                 let mut tally = Tally {
-                    key: Arc::new(KeyBuf::new(&obs.key, obs.note)),
+                    key: KeyBuf::new(&obs.key, obs.note),
                     namespace,
                     count: 0,
                     first,
@@ -697,7 +701,7 @@ impl Engine {
         let d = slot.dormant.get_or_insert_mut(id, || Dormant {
             namespace,
             last: t,
-            sources: Vec::new(),
+            sources: Sources::new(),
         });
         d.last = d.last.max(t);
         record(&mut d.sources, obs.raw, obs.count, t);
@@ -934,7 +938,7 @@ fn snapshot(
         last: t.last,
         state,
         watermark,
-        sources: t.sources.clone(),
+        sources: t.sources.to_vec(),
         written_at: now,
     }
 }

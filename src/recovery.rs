@@ -10,7 +10,7 @@
 //! - `eventTime`, `series.count`, `series.lastObservedTime`, and the key fields themselves.
 
 use crate::engine::{PersistedSeries, SeriesState, Source};
-use crate::key::{KeyBuf, KeyId, Observation, RawId, SeriesKey, objref, s, to_chrono};
+use crate::key::{KeyBuf, KeyId, OwnedObservation, RawId, SeriesKey, objref, s, to_chrono};
 use crate::mapping::{
     KEY_LABEL, SOURCES_ANNOTATION, STATE_LABEL, WATERMARK_ANNOTATION, WRITTEN_AT_ANNOTATION,
 };
@@ -29,8 +29,8 @@ pub enum RecoveryError {
 
 /// Puts listed raw events in the order their occurrences happened. A list arrives in name order; fed
 /// in time order, candidates and gaps form exactly as they did when the events were watched live.
-pub fn sort_for_replay(observations: &mut [Observation]) {
-    observations.sort_by_key(|o| (o.last, o.first));
+pub fn sort_for_replay(observations: &mut [OwnedObservation]) {
+    observations.sort_by_key(OwnedObservation::replay_order);
 }
 
 pub fn encode_sources(sources: &[Source]) -> String {

@@ -273,11 +273,11 @@ impl Sim {
         let mut listed: Vec<_> = self
             .raws
             .values()
-            .map(|ev| key::observe(ev).unwrap())
+            .map(|ev| key::OwnedObservation::new(&key::observe(ev).unwrap()))
             .collect();
         recovery::sort_for_replay(&mut listed);
         for obs in &listed {
-            engine.observe(self.now, obs);
+            engine.observe(self.now, &obs.view());
         }
         engine.checkpoint(self.rv);
         engine.end_recovery(self.now);
