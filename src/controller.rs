@@ -302,8 +302,11 @@ pub async fn run(
                                 }
                                 engine.checkpoint(rv);
                                 engine.end_recovery(now);
+                                let raw_events = listed.len();
+                                drop(listed);
+                                crate::memory::release_free_pages();
                                 ready.store(true, Ordering::Relaxed);
-                                tracing::info!(raw_events = listed.len(), active = engine.active_series(),
+                                tracing::info!(raw_events, active = engine.active_series(),
                                     "recovered; watching");
                             }
                             None => {

@@ -9,6 +9,7 @@ pub mod engine;
 pub mod key;
 pub mod leader;
 pub mod mapping;
+pub mod memory;
 pub mod metrics;
 pub mod policies;
 pub mod policy;

@@ -127,6 +127,8 @@ pub struct Writer {
     limiter: Arc<DefaultDirectRateLimiter>,
     pending: HashMap<ObjectKey, Pending>,
     seq: u64,
+    /// `pending` was shrunk after a burst that has not ended yet.
+    after_burst: bool,
 }
 
 impl Writer {
@@ -145,6 +147,7 @@ impl Writer {
             limiter: Arc::new(RateLimiter::direct(quota)),
             pending: HashMap::new(),
             seq: 0,
+            after_burst: false,
         }
     }
 
@@ -227,6 +230,21 @@ impl Writer {
         }
     }
 
+    /// A burst (every series created at once after a restart or a storm) grows `pending` to its size;
+    /// a hash map keeps that capacity forever, so it is given back once the burst has been written.
+    fn forget(&mut self, key: &ObjectKey) {
+        self.pending.remove(key);
+        let (len, capacity) = (self.pending.len(), self.pending.capacity());
+        if capacity > 1024 && len * 4 < capacity {
+            self.pending.shrink_to(len * 2);
+            self.after_burst = true;
+        }
+        // The intents and objects of the burst are freed too: hand their pages back once it is over.
+        if len == 0 && std::mem::take(&mut self.after_burst) {
+            crate::memory::release_free_pages();
+        }
+    }
+
     fn complete(&mut self, a: Answer) {
         self.metrics.request(a.verb.as_str(), a.code);
         let Some(p) = self.pending.get_mut(&a.key) else {
@@ -236,7 +254,7 @@ impl Writer {
         match next(a.verb, a.code, a.retry_after, &a.message) {
             Next::Done => {
                 if p.seq == a.seq {
-                    self.pending.remove(&a.key);
+                    self.forget(&a.key);
                 } else {
                     // A newer state arrived meanwhile: the object exists now, update it.
                     p.verb = Verb::Patch;
@@ -253,7 +271,7 @@ impl Writer {
                 tracing::error!(namespace = %a.key.0, name = %a.key.1, verb = a.verb.as_str(),
                     object = ?to_event(&p.intent.series), error = %why, "series write rejected");
                 self.metrics.dropped("rejected", 1);
-                self.pending.remove(&a.key);
+                self.forget(&a.key);
             }
         }
     }
@@ -306,7 +324,14 @@ impl Writer {
             let wake = deadline.map_or(wake, |d| wake.min(d));
             tokio::select! {
                 intent = intents.recv(), if open => match intent {
-                    Some(intent) => self.enqueue(intent),
+                    Some(intent) => {
+                        // Take the whole backlog before scanning `pending` again: a burst of
+                        // creates then costs one scan, not one per intent.
+                        self.enqueue(intent);
+                        while let Ok(intent) = intents.try_recv() {
+                            self.enqueue(intent);
+                        }
+                    }
                     None => {
                         open = false;
                         deadline = Some(Instant::now() + drain);

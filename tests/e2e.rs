@@ -14,5 +14,11 @@ mod install;
 mod operator;
 #[path = "e2e/policy.rs"]
 mod policy;
+#[allow(dead_code)]
+#[path = "e2e/process.rs"]
+mod process;
 #[path = "e2e/watch.rs"]
 mod watch;
+
+/// Where the operators these tests start write their logs.
+const LOGS: &str = "target/e2e-logs";

@@ -21,7 +21,13 @@ mod fuzz_corpus;
 #[path = "faults/kill9.rs"]
 mod kill9;
 #[allow(dead_code)]
+#[path = "e2e/process.rs"]
+mod process;
+#[allow(dead_code)]
 #[path = "faults/support.rs"]
 mod support;
 #[path = "faults/throttled.rs"]
 mod throttled;
+
+/// Where the operators these tests start write their logs.
+const LOGS: &str = "target/faults-logs";

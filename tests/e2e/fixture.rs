@@ -432,3 +432,35 @@ pub fn kubelet_backoff(
         ..Default::default()
     }
 }
+
+/// The operator's series objects in a namespace (paginated).
+pub async fn series(client: &Client, ns: &str) -> Result<Vec<k8s_openapi::api::events::v1::Event>> {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
+    let mut out = Vec::new();
+    let mut lp = kube::api::ListParams::default()
+        .labels("app.kubernetes.io/managed-by=event-series")
+        .limit(500);
+    loop {
+        let list = api.list(&lp).await?;
+        out.extend(list.items);
+        match list.metadata.continue_ {
+            Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
+            _ => break,
+        }
+    }
+    Ok(out)
+}
+
+/// A series object's `eventseries.dev/state` label.
+pub fn state(e: &k8s_openapi::api::events::v1::Event) -> &str {
+    e.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("eventseries.dev/state"))
+        .map_or("", String::as_str)
+}
+
+/// A series object's `series.count` (1 for an object without a series).
+pub fn count(e: &k8s_openapi::api::events::v1::Event) -> u64 {
+    e.series.as_ref().map_or(1, |s| s.count as u64)
+}

@@ -1,11 +1,12 @@
 //! `event-series run` against the real apiserver, fed by client-go's own legacy recorder.
 
 use crate::fixture::{TestNamespace, client, kubeconfig, kubectl, repo_root};
+pub use crate::fixture::{count, series, state};
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use serde::Deserialize;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// One line of the emitter's ground truth.
@@ -52,10 +53,7 @@ pub fn emit_on(kubeconfig: &std::path::Path, ns: &str, args: &[&str]) -> Result<
 }
 
 /// A running operator, killed when dropped.
-pub struct Operator {
-    child: Child,
-    pub metrics: String,
-}
+pub use crate::process::Operator;
 
 impl Operator {
     /// An operator on the shared cluster, watching namespace `ns`.
@@ -68,115 +66,6 @@ impl Operator {
         args.extend_from_slice(extra);
         Operator::launch(kubeconfig, ns, &args)
     }
-
-    /// `event-series run` with exactly `args` (plus a free metrics address); logs in
-    /// `target/e2e-logs/<log>.log`. Returns once `/readyz` answers 200.
-    pub fn launch(kubeconfig: &std::path::Path, log: &str, args: &[&str]) -> Result<Operator> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let addr = format!("127.0.0.1:{port}");
-        // Logs go to target/e2e-logs/<namespace>.log, for when a test fails.
-        let logs = repo_root().join("target/e2e-logs");
-        std::fs::create_dir_all(&logs)?;
-        let log_path = logs.join(format!("{log}.log"));
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)?;
-        let child = Command::new(env!("CARGO_BIN_EXE_event-series"))
-            .args(["run", "--metrics-addr", &addr])
-            .args(args)
-            .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "info,event_series=debug")
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()?;
-        let mut op = Operator {
-            child,
-            metrics: format!("http://{addr}"),
-        };
-        op.wait_ready()
-            .with_context(|| format!("see {}", log_path.display()))?;
-        Ok(op)
-    }
-
-    /// GET one path of the metrics server: status code and body.
-    pub fn get(&self, path: &str) -> Option<(u16, String)> {
-        use std::io::{Read, Write};
-        let addr = self.metrics.trim_start_matches("http://");
-        let mut s = std::net::TcpStream::connect(addr).ok()?;
-        write!(
-            s,
-            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-        )
-        .ok()?;
-        let mut text = String::new();
-        s.read_to_string(&mut text).ok()?;
-        let code = text.split_whitespace().nth(1)?.parse().ok()?;
-        let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
-        Some((code, body))
-    }
-
-    fn wait_ready(&mut self) -> Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < deadline {
-            if let Some(status) = self.child.try_wait()? {
-                bail!("operator exited before it was ready: {status}");
-            }
-            if matches!(self.get("/readyz"), Some((200, _))) {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        bail!("operator not ready within 60s")
-    }
-
-    /// The value of one metric line (exact name with labels), 0 when absent.
-    pub fn metric(&self, name: &str) -> f64 {
-        self.get("/metrics")
-            .and_then(|(_, body)| {
-                body.lines()
-                    .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-            })
-            .unwrap_or(0.0)
-    }
-
-    /// SIGTERM, and the exit status.
-    pub fn terminate(mut self) -> Result<std::process::ExitStatus> {
-        Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()?;
-        Ok(self.child.wait()?)
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The operator's series objects in a namespace.
-pub async fn series(client: &kube::Client, ns: &str) -> Result<Vec<Event>> {
-    let api: Api<Event> = Api::namespaced(client.clone(), ns);
-    Ok(api
-        .list(&ListParams::default().labels("app.kubernetes.io/managed-by=event-series"))
-        .await?
-        .items)
-}
-
-pub fn state(e: &Event) -> &str {
-    e.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get("eventseries.dev/state"))
-        .map_or("", String::as_str)
-}
-
-pub fn count(e: &Event) -> u64 {
-    e.series.as_ref().map_or(1, |s| s.count as u64)
 }
 
 /// Polls until `check` holds for the namespace's series objects.
@@ -330,15 +219,6 @@ async fn legacy_storm_becomes_one_series_per_loop_then_finishes() -> Result<()> 
     let status = op.terminate()?;
     assert!(status.success(), "SIGTERM exits 0, got {status}");
     ns.cleanup().await
-}
-
-impl Operator {
-    /// SIGKILL: no flush, no goodbye.
-    pub fn kill9(mut self) -> Result<()> {
-        self.child.kill()?;
-        self.child.wait()?;
-        Ok(())
-    }
 }
 
 /// SPEC Restart: kill -9 the operator mid-loop, keep emitting, start it again: still one object for the

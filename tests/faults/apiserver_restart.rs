@@ -158,7 +158,7 @@ async fn apiserver_and_etcd_restarts_mid_storm_need_no_manual_step() -> Result<(
             ns.name.clone(),
         );
         tokio::task::spawn_blocking(move || {
-            Op::start(&kubeconfig, &log, &flags.each_ref().map(String::as_str))
+            Op::launch(&kubeconfig, &log, &flags.each_ref().map(String::as_str))
         })
         .await??
     };

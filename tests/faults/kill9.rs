@@ -38,7 +38,7 @@ async fn kill_9_at_random_points_of_a_storm_keeps_one_exact_object_per_loop() ->
         let (kubeconfig, flags) = (kubeconfig.clone(), flags.clone());
         tokio::task::spawn_blocking(move || {
             let args: Vec<&str> = flags.iter().map(String::as_str).collect();
-            Op::start(&kubeconfig, &log, &args)
+            Op::launch(&kubeconfig, &log, &args)
         })
     };
     let log = ns.name.clone();

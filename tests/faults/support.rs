@@ -61,123 +61,8 @@ pub fn env_secs(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// One `event-series run` process. Killed (SIGKILL) when dropped.
-pub struct Op {
-    child: Child,
-    addr: String,
-    pub log: PathBuf,
-}
-
-impl Op {
-    /// Starts the operator and returns at once (it may still be recovering).
-    pub fn spawn(kubeconfig: &Path, log: &str, args: &[&str]) -> Result<Op> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let addr = format!("127.0.0.1:{port}");
-        let dir = repo_root().join("target/faults-logs");
-        std::fs::create_dir_all(&dir)?;
-        let log_path = dir.join(format!("{log}.log"));
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)?;
-        let child = Command::new(env!("CARGO_BIN_EXE_event-series"))
-            .args(["run", "--metrics-addr", &addr])
-            .args(args)
-            .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "info,event_series=debug")
-            .stdin(Stdio::null())
-            .stdout(file.try_clone()?)
-            .stderr(file)
-            .spawn()?;
-        Ok(Op {
-            child,
-            addr,
-            log: log_path,
-        })
-    }
-
-    /// Starts the operator and waits until `/readyz` answers 200.
-    pub fn start(kubeconfig: &Path, log: &str, args: &[&str]) -> Result<Op> {
-        let mut op = Op::spawn(kubeconfig, log, args)?;
-        op.wait_ready(Duration::from_secs(120))?;
-        Ok(op)
-    }
-
-    pub fn get(&self, path: &str) -> Option<(u16, String)> {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(&self.addr).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-        write!(
-            s,
-            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-        )
-        .ok()?;
-        let mut text = String::new();
-        s.read_to_string(&mut text).ok()?;
-        let code = text.split_whitespace().nth(1)?.parse().ok()?;
-        let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
-        Some((code, body))
-    }
-
-    pub fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if let Some(status) = self.child.try_wait()? {
-                bail!(
-                    "operator exited before it was ready: {status} (log {})",
-                    self.log.display()
-                );
-            }
-            if matches!(self.get("/readyz"), Some((200, _))) {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        bail!(
-            "operator not ready within {timeout:?} (log {})",
-            self.log.display()
-        )
-    }
-
-    /// Whether the process still runs.
-    pub fn alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    /// The value of one metric line (exact name with labels), 0 when absent.
-    pub fn metric(&self, name: &str) -> f64 {
-        self.get("/metrics")
-            .and_then(|(_, body)| {
-                body.lines()
-                    .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-            })
-            .unwrap_or(0.0)
-    }
-
-    /// SIGKILL, no flush.
-    pub fn kill9(mut self) -> Result<()> {
-        self.child.kill()?;
-        self.child.wait()?;
-        Ok(())
-    }
-
-    /// SIGTERM and the exit status.
-    pub fn terminate(mut self) -> Result<std::process::ExitStatus> {
-        Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()?;
-        Ok(self.child.wait()?)
-    }
-}
-
-impl Drop for Op {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+/// One `event-series run` process (`Op::spawn` returns at once, `Op::launch` once it is ready).
+pub use crate::process::Operator as Op;
 
 /// The client-go emitter running in the background, its ground truth written to a file.
 pub struct Emitter {
@@ -456,35 +341,7 @@ pub async fn raw_truth(client: &kube::Client, ns: &str) -> Result<BTreeMap<(Stri
     Ok(out)
 }
 
-/// The operator's series objects in a namespace (paginated).
-pub async fn series(client: &kube::Client, ns: &str) -> Result<Vec<Event>> {
-    let api: Api<Event> = Api::namespaced(client.clone(), ns);
-    let mut out = Vec::new();
-    let mut lp = ListParams::default()
-        .labels("app.kubernetes.io/managed-by=event-series")
-        .limit(500);
-    loop {
-        let list = api.list(&lp).await?;
-        out.extend(list.items);
-        match list.metadata.continue_ {
-            Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
-            _ => break,
-        }
-    }
-    Ok(out)
-}
-
-pub fn state(e: &Event) -> &str {
-    e.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get("eventseries.dev/state"))
-        .map_or("", String::as_str)
-}
-
-pub fn count(e: &Event) -> u64 {
-    e.series.as_ref().map_or(1, |s| s.count as u64)
-}
+pub use crate::fixture::{count, series, state};
 
 fn key_of(e: &Event) -> (String, String) {
     (

@@ -61,7 +61,7 @@ async fn a_ten_minute_429_storm_of_1000_keys_loses_nothing() -> Result<()> {
         let log = ns.name.clone();
         let ns = ns.name.clone();
         tokio::task::spawn_blocking(move || {
-            Op::start(
+            Op::launch(
                 &operator,
                 &log,
                 // A long window so that a starved loop rarely splits; a heartbeat every 30 s, so

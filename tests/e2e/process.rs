@@ -1,0 +1,131 @@
+//! One `event-series run` process, as the end-to-end and the fault tests start it: logs in
+//! `target/<crate>-logs/<name>.log` (the including crate sets [`crate::LOGS`]), the metrics server on
+//! a free port, SIGKILL when dropped, so that a failing test leaves nothing running.
+
+use crate::fixture::repo_root;
+use anyhow::{Result, bail};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Operator {
+    child: Child,
+    /// `http://127.0.0.1:<port>` of its metrics server.
+    pub metrics: String,
+    pub log: PathBuf,
+}
+
+impl Operator {
+    /// `event-series run` with exactly `args` (plus a free metrics address); returns at once, while it
+    /// may still be recovering.
+    pub fn spawn(kubeconfig: &Path, log: &str, args: &[&str]) -> Result<Operator> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let dir = repo_root().join(crate::LOGS);
+        std::fs::create_dir_all(&dir)?;
+        let log_path = dir.join(format!("{log}.log"));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)?;
+        let child = Command::new(env!("CARGO_BIN_EXE_event-series"))
+            .args(["run", "--metrics-addr", &addr])
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", "info,event_series=debug")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()?;
+        Ok(Operator {
+            child,
+            metrics: format!("http://{addr}"),
+            log: log_path,
+        })
+    }
+
+    /// [`Operator::spawn`], then waits until `/readyz` answers 200.
+    pub fn launch(kubeconfig: &Path, log: &str, args: &[&str]) -> Result<Operator> {
+        let mut op = Operator::spawn(kubeconfig, log, args)?;
+        op.wait_ready(Duration::from_secs(120))?;
+        Ok(op)
+    }
+
+    /// GET one path of the metrics server: status code and body.
+    pub fn get(&self, path: &str) -> Option<(u16, String)> {
+        use std::io::{Read, Write};
+        let addr = self.metrics.trim_start_matches("http://");
+        let mut s = std::net::TcpStream::connect(addr).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).ok()?;
+        let code = text.split_whitespace().nth(1)?.parse().ok()?;
+        let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
+        Some((code, body))
+    }
+
+    /// Until `/readyz` answers 200; fails at once if the process exits.
+    pub fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait()? {
+                bail!(
+                    "operator exited before it was ready: {status} (log {})",
+                    self.log.display()
+                );
+            }
+            if matches!(self.get("/readyz"), Some((200, _))) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        bail!(
+            "operator not ready within {timeout:?} (log {})",
+            self.log.display()
+        )
+    }
+
+    /// Whether the process still runs.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// The value of one metric line (exact name with labels), 0 when absent.
+    pub fn metric(&self, name: &str) -> f64 {
+        self.get("/metrics")
+            .and_then(|(_, body)| {
+                body.lines()
+                    .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            })
+            .unwrap_or(0.0)
+    }
+
+    /// SIGKILL: no flush, no goodbye.
+    pub fn kill9(mut self) -> Result<()> {
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
+    }
+
+    /// SIGTERM, and the exit status.
+    pub fn terminate(mut self) -> Result<std::process::ExitStatus> {
+        Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()?;
+        Ok(self.child.wait()?)
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
