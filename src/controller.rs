@@ -353,7 +353,7 @@ pub async fn run(
             }
             ev = namespace_events.next() => {
                 let changed = on_namespace_event(&mut state, ev)?;
-                if !changed.namespaces.is_empty() {
+                if !changed.namespaces.is_empty() || changed.removed {
                     let now = Utc::now();
                     for (ns, labels) in changed.namespaces {
                         engine.set_namespace_labels(now, &ns, labels);

@@ -74,6 +74,8 @@ pub struct Changed {
     pub policies: bool,
     /// Namespaces whose labels changed (or appeared).
     pub namespaces: Vec<(String, Labels)>,
+    /// A namespace went away, so the number of namespaces a policy governs may have dropped.
+    pub removed: bool,
 }
 
 impl PolicyState {
@@ -135,6 +137,7 @@ impl PolicyState {
         Changed {
             policies,
             namespaces: Vec::new(),
+            removed: false,
         }
     }
 
@@ -145,6 +148,7 @@ impl PolicyState {
 
     pub fn on_namespace(&mut self, event: Event<PartialObjectMeta<Namespace>>) -> Changed {
         let mut changed = Vec::new();
+        let mut removed = false;
         match event {
             Event::Init => self.namespace_relist = Some(BTreeMap::new()),
             Event::InitApply(ns) => {
@@ -160,6 +164,7 @@ impl PolicyState {
                             changed.push((name.clone(), labels.clone()));
                         }
                     }
+                    removed = self.namespaces.keys().any(|n| !relist.contains_key(n));
                     self.namespaces = relist;
                 }
             }
@@ -171,12 +176,13 @@ impl PolicyState {
                 }
             }
             Event::Delete(ns) => {
-                self.namespaces.remove(&ns.name_any());
+                removed = self.namespaces.remove(&ns.name_any()).is_some();
             }
         }
         Changed {
             policies: false,
             namespaces: changed,
+            removed,
         }
     }
 
@@ -372,6 +378,33 @@ mod tests {
             c.namespaces[0].1.get("env").map(String::as_str),
             Some("dev")
         );
+        assert!(!c.removed);
+    }
+
+    #[test]
+    fn a_deleted_namespace_is_reported_so_that_statuses_recount() {
+        let mut s = PolicyState::new(Settings::default());
+        s.on_policy(Event::Apply(policy("all", 1, "6m")));
+        s.on_namespace(Event::Apply(ns("a", &[])));
+        s.on_namespace(Event::Apply(ns("b", &[])));
+        let governed = |s: &mut PolicyState, at: i64| {
+            let r = s.resolve();
+            let now = Time(k8s_openapi::jiff::Timestamp::from_second(at).unwrap());
+            s.status_updates(&r, now)
+                .into_iter()
+                .find(|(n, _)| n == "all")
+                .and_then(|(_, st)| st.namespaces)
+        };
+        assert_eq!(governed(&mut s, 1_000), Some(2));
+        assert!(s.on_namespace(Event::Delete(ns("b", &[]))).removed);
+        assert_eq!(governed(&mut s, 2_000), Some(1));
+        // Gone while the watch was down: noticed when the relist completes.
+        s.on_namespace(Event::Init);
+        let c = s.on_namespace(Event::InitDone);
+        assert!(c.removed, "a was not relisted");
+        assert_eq!(governed(&mut s, 3_000), Some(0));
+        // Deleting what is not known changes nothing.
+        assert!(!s.on_namespace(Event::Delete(ns("zzz", &[]))).removed);
     }
 
     #[test]
