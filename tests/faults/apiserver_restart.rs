@@ -164,26 +164,8 @@ async fn apiserver_and_etcd_restarts_mid_storm_need_no_manual_step() -> Result<(
     };
     let started = Instant::now();
     let stop = started + storm;
-    let seed = (rng.next() % 1_000_000).to_string();
-    let emitter = Emitter::spawn(
-        &kubeconfig,
-        &ns.name,
-        &ns.name,
-        &[
-            "--recorder",
-            "legacy",
-            "--scenario",
-            "crashloop",
-            "--pods",
-            "8",
-            "--rate",
-            &format!("{:.3}", 24.0 / (storm.as_secs_f64() * 0.8)),
-            "--count",
-            "24",
-            "--seed",
-            &seed,
-        ],
-    )?;
+    let emitter =
+        Emitter::legacy_crash_loops(&kubeconfig, &ns.name, 8, storm, rng.next() % 1_000_000)?;
     let stats = Arc::new(WriteStats::default());
     let loops = crash_loops(
         std::slice::from_ref(&client),

@@ -46,29 +46,9 @@ async fn kill_9_at_random_points_of_a_storm_keeps_one_exact_object_per_loop() ->
 
     let started = Instant::now();
     let stop = started + storm;
-    // The kubelet's own recorder (client-go tools/record): 12 crash loops, 24 occurrences each, slow
-    // enough to stay within its spam filter's burst (25), so that no loop has a 5-minute hole.
-    let seed = (rng.next() % 1_000_000).to_string();
-    let rate = format!("{:.3}", 24.0 / (storm.as_secs_f64() * 0.8));
-    let emitter = Emitter::spawn(
-        &kubeconfig,
-        &ns.name,
-        &ns.name,
-        &[
-            "--recorder",
-            "legacy",
-            "--scenario",
-            "crashloop",
-            "--pods",
-            "12",
-            "--rate",
-            &rate,
-            "--count",
-            "24",
-            "--seed",
-            &seed,
-        ],
-    )?;
+    // The kubelet's own recorder (client-go tools/record): 12 crash loops.
+    let emitter =
+        Emitter::legacy_crash_loops(&kubeconfig, &ns.name, 12, storm, rng.next() % 1_000_000)?;
     // And 30 loops written straight to the API, two occurrences a second each.
     let stats = Arc::new(WriteStats::default());
     let loops = crash_loops(

@@ -110,6 +110,35 @@ impl Emitter {
         Ok(Emitter { child, output })
     }
 
+    /// client-go's legacy recorder (`tools/record`, as the kubelet uses it) crash-looping `pods` Pods,
+    /// 24 occurrences each spread over the first 80 % of `storm`: slow enough to stay within its spam
+    /// filter's burst (25), so that no loop has a 5-minute hole.
+    pub fn legacy_crash_loops(
+        kubeconfig: &Path,
+        ns: &str,
+        pods: u32,
+        storm: Duration,
+        seed: u64,
+    ) -> Result<Emitter> {
+        let rate = format!("{:.3}", 24.0 / (storm.as_secs_f64() * 0.8));
+        let (pods, seed) = (pods.to_string(), seed.to_string());
+        let args = [
+            "--recorder",
+            "legacy",
+            "--scenario",
+            "crashloop",
+            "--pods",
+            &pods,
+            "--rate",
+            &rate,
+            "--count",
+            "24",
+            "--seed",
+            &seed,
+        ];
+        Emitter::spawn(kubeconfig, ns, ns, &args)
+    }
+
     /// Waits for the emitter and returns its ground truth: occurrences per (regarding name, reason).
     pub fn wait(mut self) -> Result<BTreeMap<(String, String), u64>> {
         let status = self.child.wait()?;
