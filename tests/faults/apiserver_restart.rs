@@ -7,7 +7,6 @@ use crate::fixture::{Dedicated, TestNamespace, client_for, repo_root};
 use crate::support::*;
 use anyhow::{Context, Result, bail, ensure};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// One server of a harness cluster (`hack/cluster-up.sh`), restarted with the very command line it
@@ -151,32 +150,14 @@ async fn apiserver_and_etcd_restarts_mid_storm_need_no_manual_step() -> Result<(
         "--heartbeat-interval",
         "3s",
     ];
-    let op = {
-        let (kubeconfig, flags, log) = (
-            kubeconfig.clone(),
-            flags.map(str::to_owned),
-            ns.name.clone(),
-        );
-        tokio::task::spawn_blocking(move || {
-            Op::launch(&kubeconfig, &log, &flags.each_ref().map(String::as_str))
-        })
-        .await??
-    };
+    let op = launch_op(&kubeconfig, &ns.name, &flags).await?;
     let started = Instant::now();
     let stop = started + storm;
-    let emitter =
-        Emitter::legacy_crash_loops(&kubeconfig, &ns.name, 8, storm, rng.next() % 1_000_000)?;
-    let stats = Arc::new(WriteStats::default());
-    let loops = crash_loops(
-        std::slice::from_ref(&client),
-        &ns.name,
-        "loop",
-        30,
-        Duration::from_millis(500),
-        stop,
-        &mut rng,
-        &stats,
-    );
+    let Storm {
+        emitter,
+        loops,
+        stats,
+    } = Storm::start(&client, &kubeconfig, &ns.name, 8, storm, stop, &mut rng)?;
 
     let third = storm / 5;
     let faults = [

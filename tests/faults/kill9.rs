@@ -5,7 +5,6 @@
 use crate::fixture::{Dedicated, TestNamespace, client_for};
 use crate::support::*;
 use anyhow::{Result, ensure};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -21,7 +20,7 @@ async fn kill_9_at_random_points_of_a_storm_keeps_one_exact_object_per_loop() ->
     // finishAfter and seriesWindow far longer than any restart gap: a loop never ends while the
     // operator is down, so each loop must end as one object. Heartbeats every 3 s: many writes in
     // flight when the kill comes.
-    let flags: Vec<String> = [
+    let flags = [
         "--namespace",
         &ns.name,
         "--finish-after",
@@ -30,37 +29,18 @@ async fn kill_9_at_random_points_of_a_storm_keeps_one_exact_object_per_loop() ->
         "60s",
         "--heartbeat-interval",
         "3s",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let start_op = |log: String| {
-        let (kubeconfig, flags) = (kubeconfig.clone(), flags.clone());
-        tokio::task::spawn_blocking(move || {
-            let args: Vec<&str> = flags.iter().map(String::as_str).collect();
-            Op::launch(&kubeconfig, &log, &args)
-        })
-    };
+    ];
     let log = ns.name.clone();
-    let mut op = start_op(log.clone()).await??;
+    let mut op = launch_op(&kubeconfig, &log, &flags).await?;
 
     let started = Instant::now();
     let stop = started + storm;
-    // The kubelet's own recorder (client-go tools/record): 12 crash loops.
-    let emitter =
-        Emitter::legacy_crash_loops(&kubeconfig, &ns.name, 12, storm, rng.next() % 1_000_000)?;
-    // And 30 loops written straight to the API, two occurrences a second each.
-    let stats = Arc::new(WriteStats::default());
-    let loops = crash_loops(
-        std::slice::from_ref(&client),
-        &ns.name,
-        "loop",
-        30,
-        Duration::from_millis(500),
-        stop,
-        &mut rng,
-        &stats,
-    );
+    // The kubelet's own recorder with 12 crash loops, and 30 loops written straight to the API.
+    let Storm {
+        emitter,
+        loops,
+        stats,
+    } = Storm::start(&client, &kubeconfig, &ns.name, 12, storm, stop, &mut rng)?;
 
     // The kills: one in each of `kills` equal slices of the storm, at a random point of the slice.
     // After a kill the operator stays down 0–3 s; one restart in four is killed again while it
@@ -74,12 +54,12 @@ async fn kill_9_at_random_points_of_a_storm_keeps_one_exact_object_per_loop() ->
         done += 1;
         tokio::time::sleep(rng.millis(0, 3000)).await;
         if rng.next().is_multiple_of(4) {
-            let early = Op::spawn(&kubeconfig, &log, &flags_ref(&flags))?;
+            let early = Op::spawn(&kubeconfig, &log, &flags)?;
             tokio::time::sleep(rng.millis(50, 1500)).await;
             early.kill9()?;
             in_recovery += 1;
         }
-        op = start_op(log.clone()).await??;
+        op = launch_op(&kubeconfig, &log, &flags).await?;
         println!(
             "kill {} at {:>5.1}s",
             i + 1,
@@ -115,8 +95,4 @@ async fn kill_9_at_random_points_of_a_storm_keeps_one_exact_object_per_loop() ->
     ensure!(op.alive(), "the last operator still runs");
     drop(op);
     ns.cleanup().await
-}
-
-fn flags_ref(flags: &[String]) -> Vec<&str> {
-    flags.iter().map(String::as_str).collect()
 }

@@ -306,6 +306,57 @@ pub fn crash_loops(
     set
 }
 
+/// [`Op::launch`] on a blocking thread: it waits for `/readyz` with plain sleeps, which must not hold
+/// up the runtime the storm's tasks run on.
+pub async fn launch_op(kubeconfig: &Path, log: &str, args: &[&str]) -> Result<Op> {
+    let (kubeconfig, log) = (kubeconfig.to_owned(), log.to_owned());
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Op::launch(&kubeconfig, &log, &args)
+    })
+    .await?
+}
+
+/// The storm the kill -9 and restart tests drive until `stop`: client-go's legacy recorder
+/// crash-looping `pods` Pods, and 30 loops written straight to the API, two occurrences a second each.
+pub struct Storm {
+    pub emitter: Emitter,
+    pub loops: tokio::task::JoinSet<Result<(String, u64)>>,
+    pub stats: Arc<WriteStats>,
+}
+
+impl Storm {
+    pub fn start(
+        client: &kube::Client,
+        kubeconfig: &Path,
+        ns: &str,
+        pods: u32,
+        storm: Duration,
+        stop: Instant,
+        rng: &mut Rng,
+    ) -> Result<Storm> {
+        let emitter =
+            Emitter::legacy_crash_loops(kubeconfig, ns, pods, storm, rng.next() % 1_000_000)?;
+        let stats = Arc::new(WriteStats::default());
+        let loops = crash_loops(
+            std::slice::from_ref(client),
+            ns,
+            "loop",
+            30,
+            Duration::from_millis(500),
+            stop,
+            rng,
+            &stats,
+        );
+        Ok(Storm {
+            emitter,
+            loops,
+            stats,
+        })
+    }
+}
+
 /// Waits for the loops and the emitter of a storm, and returns what the raw events in `ns` hold, after
 /// checking that they hold exactly what the loops wrote and the emitter reports (a check of the storm
 /// itself, before the operator's figures are compared with it).

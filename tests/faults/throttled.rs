@@ -57,29 +57,23 @@ async fn a_ten_minute_429_storm_of_1000_keys_loses_nothing() -> Result<()> {
         Vec::new(),
     )
     .await?;
-    let op = {
-        let log = ns.name.clone();
-        let ns = ns.name.clone();
-        tokio::task::spawn_blocking(move || {
-            Op::launch(
-                &operator,
-                &log,
-                // A long window so that a starved loop rarely splits; a heartbeat every 30 s, so
-                // that 1,000 series keep the operator writing all the time.
-                &[
-                    "--namespace",
-                    &ns,
-                    "--finish-after",
-                    "60s",
-                    "--series-window",
-                    "300s",
-                    "--heartbeat-interval",
-                    "30s",
-                ],
-            )
-        })
-        .await??
-    };
+    // A long window so that a starved loop rarely splits; a heartbeat every 30 s, so that 1,000
+    // series keep the operator writing all the time.
+    let op = launch_op(
+        &operator,
+        &ns.name,
+        &[
+            "--namespace",
+            &ns.name,
+            "--finish-after",
+            "60s",
+            "--series-window",
+            "300s",
+            "--heartbeat-interval",
+            "30s",
+        ],
+    )
+    .await?;
     // Several clients, so that 1,000 writers do not all queue behind one connection pool.
     let mut emitters = Vec::new();
     for _ in 0..10 {
