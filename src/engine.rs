@@ -54,11 +54,14 @@
 //! [`EngineConfig::raw_capacity`] objects (least recently updated evicted; an evicted object seen again
 //! counts as new). Every eviction is counted in [`Stats`].
 
+mod keys;
+
 use crate::key::{KeyBuf, KeyId, Observation, RawId};
 use crate::mapping::object_name;
 use crate::settings::{PolicySet, Settings, SlotIdx};
 use chrono::{DateTime, TimeDelta, Utc};
-use lru::LruCache;
+use keys::{KeyStore, Stored};
+use schnellru::{LruMap, UnlimitedCompact};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::sync::Arc;
@@ -191,26 +194,87 @@ pub struct Stats {
     pub dropped_stale: u64,
 }
 
+/// Unix microseconds: how the engine stores a time (8 bytes, where a `DateTime<Utc>` takes 12 and an
+/// `Option` of one 16). Raw events carry at most microsecond precision.
+type Micros = i64;
+
+/// A [`Micros`] standing for "not known".
+const UNKNOWN: Micros = i64::MIN;
+
+fn micros(t: DateTime<Utc>) -> Micros {
+    t.timestamp_micros()
+}
+
+fn time(m: Micros) -> DateTime<Utc> {
+    DateTime::from_timestamp_micros(m).unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
+/// An LRU map stored in one hash table, entries linked by `u32` indices: no allocation per entry (the
+/// `lru` crate boxes each node), so 100,000 series are a few large allocations that a restart or a
+/// burst cannot fragment.
+type Table<K, V> = LruMap<K, V, UnlimitedCompact>;
+
+fn table<K: std::hash::Hash + PartialEq, V>() -> Table<K, V> {
+    LruMap::new(UnlimitedCompact)
+}
+
+/// A [`Source`] as the engine keeps it (24 bytes rather than 32).
+#[derive(Clone, Copy, Debug)]
+struct Src {
+    raw: RawId,
+    count: u64,
+    /// [`UNKNOWN`] in objects written without it.
+    last: Micros,
+}
+
+impl Src {
+    fn of(s: &Source) -> Src {
+        Src {
+            raw: s.raw,
+            count: s.count,
+            last: s.last.map_or(UNKNOWN, micros),
+        }
+    }
+
+    fn public(&self) -> Source {
+        Source {
+            raw: self.raw,
+            count: self.count,
+            last: (self.last != UNKNOWN).then(|| time(self.last)),
+        }
+    }
+}
+
 /// What a candidate or a series has counted.
 #[derive(Clone, Debug)]
 struct Tally {
-    key: KeyBuf,
-    namespace: Arc<str>,
+    /// The key and the note of the first occurrence, in [`Engine::keys`].
+    key: Stored,
+    /// Index into [`Engine::namespaces`].
+    ns: u32,
     count: u64,
-    first: DateTime<Utc>,
-    last: DateTime<Utc>,
+    first: Micros,
+    last: Micros,
     /// Most recently updated last; at most [`MAX_SOURCES`].
     sources: Sources,
 }
 
 /// Most series and dormant keys have one raw object for their whole life: it is kept inline, without
 /// a heap allocation of its own.
-type Sources = smallvec::SmallVec<[Source; 1]>;
+type Sources = smallvec::SmallVec<[Src; 1]>;
 
 impl Tally {
+    fn first(&self) -> DateTime<Utc> {
+        time(self.first)
+    }
+
+    fn last(&self) -> DateTime<Utc> {
+        time(self.last)
+    }
+
     fn add(&mut self, raw: RawId, raw_count: u64, delta: u64, t: DateTime<Utc>) {
         self.count += delta;
-        self.last = self.last.max(t);
+        self.last = self.last.max(micros(t));
         record(&mut self.sources, raw, raw_count, t);
     }
 }
@@ -225,23 +289,29 @@ fn record(sources: &mut Sources, raw: RawId, count: u64, t: DateTime<Utc>) {
         // Past the inline one, grow one at a time rather than doubling: few keys have many.
         sources.reserve_exact(1);
     }
-    sources.push(Source {
+    sources.push(Src {
         raw,
         count,
-        last: Some(t),
+        last: micros(t),
     });
 }
 
 #[derive(Clone, Debug)]
 struct Series {
     tally: Tally,
-    next_heartbeat: DateTime<Utc>,
+    next_heartbeat: Micros,
     /// Due time of the series' one live timer; other timers for the key are stale.
-    timer_due: i64,
+    timer_due: Micros,
     /// Rebuilt from its object. While recovering, its persisted `last` is older than the occurrences
     /// the raw events still hold for it, so no gap is judged against it: had the live engine seen a
     /// gap, the object would have been written Finished.
     restored: bool,
+}
+
+impl Series {
+    fn next_heartbeat(&self) -> DateTime<Utc> {
+        time(self.next_heartbeat)
+    }
 }
 
 /// A key whose occurrences were all alone, remembered without counts for `dormant_retention`: the raw
@@ -249,41 +319,41 @@ struct Series {
 /// restart does not count them again.
 #[derive(Clone, Debug)]
 struct Dormant {
-    namespace: Arc<str>,
-    last: DateTime<Utc>,
+    ns: u32,
+    last: Micros,
     sources: Sources,
 }
 
 /// The keys governed by one policy. The LRU order of `candidates` and `dormant` is the order of their
 /// latest occurrence, which is how they expire (no timers needed).
 struct Slot {
-    series: LruCache<KeyId, Series>,
-    candidates: LruCache<KeyId, Tally>,
-    dormant: LruCache<KeyId, Dormant>,
+    series: Table<KeyId, Series>,
+    candidates: Table<KeyId, Tally>,
+    dormant: Table<KeyId, Dormant>,
 }
 
 impl Slot {
     fn new() -> Slot {
         Slot {
-            series: LruCache::unbounded(),
-            candidates: LruCache::unbounded(),
-            dormant: LruCache::unbounded(),
+            series: table(),
+            candidates: table(),
+            dormant: table(),
         }
     }
 }
 
-/// One pending wake-up of a series. 32 bytes (the time as Unix microseconds): there is one per series.
+/// One pending wake-up of a series. 24 bytes: there is one per series (the slot that holds the
+/// series is looked up when it fires; there are few).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Timer {
-    due: i64,
-    slot: u32,
+    due: Micros,
     id: KeyId,
 }
 
 #[derive(Clone, Copy, Debug)]
 struct RawState {
     count: u64,
-    last: DateTime<Utc>,
+    last: Micros,
     generation: u32,
 }
 
@@ -297,6 +367,7 @@ struct Delta {
 }
 
 struct Namespace {
+    name: Arc<str>,
     labels: BTreeMap<String, String>,
     slot: SlotIdx,
 }
@@ -312,9 +383,12 @@ struct Evidence {
 pub struct Engine {
     config: EngineConfig,
     policies: PolicySet,
-    namespaces: HashMap<Arc<str>, Namespace>,
+    /// Every namespace seen, by index (series refer to theirs by index); never shrinks.
+    namespaces: Vec<Namespace>,
+    namespace_index: HashMap<Arc<str>, u32>,
     slots: Vec<Slot>,
-    raw: LruCache<RawId, RawState>,
+    raw: Table<RawId, RawState>,
+    keys: KeyStore,
     generation: u32,
     timers: BinaryHeap<Reverse<Timer>>,
     /// Object names of restored series that differ from [`object_name`] (written by another version).
@@ -333,8 +407,10 @@ impl Engine {
             config,
             slots: (0..policies.slots()).map(|_| Slot::new()).collect(),
             policies,
-            namespaces: HashMap::new(),
-            raw: LruCache::unbounded(),
+            namespaces: Vec::new(),
+            namespace_index: HashMap::new(),
+            raw: table(),
+            keys: KeyStore::new(),
             generation: 0,
             timers: BinaryHeap::new(),
             names: HashMap::new(),
@@ -392,30 +468,34 @@ impl Engine {
         self.slots
             .iter()
             .flat_map(|s| s.series.iter())
-            .map(|(id, s)| {
-                snapshot(
-                    &self.names,
-                    *id,
-                    s,
-                    SeriesState::Ongoing,
-                    now,
-                    self.watermark,
-                )
-            })
+            .map(|(id, s)| self.snapshot(*id, s, SeriesState::Ongoing, now))
             .collect()
     }
 
-    /// The namespace's interned name and governing slot.
-    fn namespace(&mut self, ns: &str) -> (Arc<str>, SlotIdx) {
-        if let Some((name, n)) = self.namespaces.get_key_value(ns) {
-            return (name.clone(), n.slot);
+    /// The namespace's index and governing slot.
+    fn namespace(&mut self, ns: &str) -> (u32, SlotIdx) {
+        if let Some(&i) = self.namespace_index.get(ns) {
+            return (i, self.namespaces[i as usize].slot);
         }
-        let name: Arc<str> = Arc::from(ns);
         let labels = BTreeMap::new();
         let slot = self.policies.resolve(&labels);
-        self.namespaces
-            .insert(name.clone(), Namespace { labels, slot });
-        (name, slot)
+        (self.add_namespace(ns, labels, slot), slot)
+    }
+
+    fn add_namespace(&mut self, ns: &str, labels: BTreeMap<String, String>, slot: SlotIdx) -> u32 {
+        let name: Arc<str> = Arc::from(ns);
+        let i = u32::try_from(self.namespaces.len()).unwrap_or(u32::MAX);
+        self.namespaces.push(Namespace {
+            name: name.clone(),
+            labels,
+            slot,
+        });
+        self.namespace_index.insert(name, i);
+        i
+    }
+
+    fn slot_of(&self, ns: u32) -> SlotIdx {
+        self.namespaces.get(ns as usize).map_or(0, |n| n.slot)
     }
 
     /// Records that every raw event up to resourceVersion `rv` has been observed (a watch event or a
@@ -441,14 +521,14 @@ impl Engine {
             .map(|(id, _)| *id)
             .collect();
         for id in stale {
-            self.raw.pop(&id);
+            self.raw.remove(&id);
         }
         self.checkpoint(self.pending_watermark);
     }
 
     /// A raw event object was deleted (TTL expiry): its count no longer needs remembering.
     pub fn forget(&mut self, raw: RawId) {
-        self.raw.pop(&raw);
+        self.raw.remove(&raw);
     }
 
     /// Starts a rebuild after a restart: restore every series object with [`Engine::restore`], observe
@@ -472,27 +552,27 @@ impl Engine {
         if p.state != SeriesState::Ongoing {
             return;
         }
-        let (namespace, slot_idx) = self.namespace(&p.namespace);
+        let (ns, slot_idx) = self.namespace(&p.namespace);
         let interval = self.policies.settings(slot_idx).heartbeat_interval;
         let id = p.id;
-        let key = p.key;
-        if object_name(&key.view(), id, p.first) != p.name {
+        if object_name(&p.key.view(), id, p.first) != p.name {
             self.names.insert(id, Arc::from(p.name));
         }
         // Next heartbeat one interval after the last write, but never all restored series at once.
         let spread = now + jitter(id, interval / 8);
-        let mut sources: Sources = p.sources.into_iter().take(MAX_SOURCES).collect();
+        let mut sources: Sources = p.sources.iter().take(MAX_SOURCES).map(Src::of).collect();
         sources.shrink_to_fit();
+        let next_heartbeat = p.last_write.map_or(spread, |w| (w + interval).max(spread));
         let series = Series {
             tally: Tally {
-                key,
-                namespace,
+                key: self.keys.insert_packed(p.key.packed()),
+                ns,
                 count: p.count,
-                first: p.first,
-                last: p.last.max(p.first),
+                first: micros(p.first),
+                last: micros(p.last.max(p.first)),
                 sources,
             },
-            next_heartbeat: p.last_write.map_or(spread, |w| (w + interval).max(spread)),
+            next_heartbeat: micros(next_heartbeat),
             timer_due: 0,
             restored: true,
         };
@@ -503,7 +583,7 @@ impl Engine {
                 self.finish(now, id, series, FinishCause::Gap);
             }
             _ => {
-                if let Some(older) = self.slots[slot_idx].series.pop(&id) {
+                if let Some(older) = self.slots[slot_idx].series.remove(&id) {
                     self.finish(now, id, older, FinishCause::Gap);
                 }
                 self.insert_series(now, slot_idx, id, series);
@@ -521,15 +601,15 @@ impl Engine {
 
     /// How many occurrences an observation adds, and what it was measured against.
     fn delta(&mut self, obs: &Observation, id: KeyId) -> Delta {
-        if let Some(r) = self.raw.get_mut(&obs.raw) {
+        if let Some(r) = self.raw.get(&obs.raw) {
             r.generation = self.generation;
             let delta = Delta {
                 added: obs.count.saturating_sub(r.count),
                 baseline: r.count,
-                since: Some(r.last),
+                since: Some(time(r.last)),
             };
             r.count = r.count.max(obs.count);
-            r.last = r.last.max(obs.last);
+            r.last = r.last.max(micros(obs.last));
             return delta;
         }
         let (baseline, since) = match self.evidence.get(&id) {
@@ -542,14 +622,14 @@ impl Engine {
             },
             _ => (0, None),
         };
-        if self.raw.len() >= self.config.raw_capacity.max(1) && self.raw.pop_lru().is_some() {
+        if self.raw.len() >= self.config.raw_capacity.max(1) && self.raw.pop_oldest().is_some() {
             self.stats.raw_evicted += 1;
         }
-        self.raw.put(
+        self.raw.insert(
             obs.raw,
             RawState {
                 count: obs.count,
-                last: obs.last,
+                last: micros(obs.last),
                 generation: self.generation,
             },
         );
@@ -565,7 +645,7 @@ impl Engine {
         if let Some(rv) = obs.resource_version {
             self.pending_watermark = self.pending_watermark.max(rv);
         }
-        let (namespace, slot_idx) = self.namespace(obs.namespace);
+        let (ns, slot_idx) = self.namespace(obs.namespace);
         let settings = self.policies.settings(slot_idx).clone();
         let id = obs.key.id(settings.include_note.then_some(obs.note));
         let d = self.delta(obs, id);
@@ -593,18 +673,18 @@ impl Engine {
         };
 
         let slot = &mut self.slots[slot_idx];
-        if let Some(series) = slot.series.get_mut(&id) {
-            if t <= series.tally.last + window || (self.recovering && series.restored) {
+        if let Some(series) = slot.series.get(&id) {
+            if t <= series.tally.last() + window || (self.recovering && series.restored) {
                 series.tally.add(obs.raw, obs.count, delta, t);
                 return;
             }
-            if let Some(ended) = slot.series.pop(&id) {
+            if let Some(ended) = slot.series.remove(&id) {
                 self.finish(now, id, ended, FinishCause::Gap);
             }
         }
         if t < now - window {
             self.stats.dropped_stale += delta;
-            self.remember(slot_idx, id, obs, namespace, t);
+            self.remember(slot_idx, id, obs, ns, t);
             return;
         }
         // N occurrences spread over more than `gaps` windows: the live engine saw each of them alone
@@ -622,9 +702,9 @@ impl Engine {
 
         let max_candidates = settings.max_candidates();
         let slot = &mut self.slots[slot_idx];
-        let count = match slot.candidates.get_mut(&id) {
-            Some(c) if t <= c.last + window && t >= c.first - window => {
-                c.first = c.first.min(first);
+        let count = match slot.candidates.get(&id) {
+            Some(c) if t <= c.last() + window && t >= c.first() - window => {
+                c.first = c.first.min(micros(first));
                 c.add(obs.raw, obs.count, delta, t);
                 c.count
             }
@@ -632,31 +712,35 @@ impl Engine {
                 // A new run of a key whose earlier occurrences were alone; the sources stay.
                 self.stats.lone += c.count;
                 c.count = 0;
-                c.first = first;
-                c.last = t;
+                c.first = micros(first);
+                c.last = micros(t);
                 c.add(obs.raw, obs.count, delta, t);
                 c.count
             }
             None => {
-                let sources = slot.dormant.pop(&id).map(|d| d.sources).unwrap_or_default();
+                let sources = slot
+                    .dormant
+                    .remove(&id)
+                    .map(|d| d.sources)
+                    .unwrap_or_default();
                 if slot.candidates.len() >= max_candidates
-                    && let Some((old, evicted)) = slot.candidates.pop_lru()
+                    && let Some((old, evicted)) = slot.candidates.pop_oldest()
                 {
                     self.stats.lone += evicted.count;
                     self.stats.candidates_evicted += 1;
-                    Self::make_dormant(slot, old, evicted, max_candidates);
+                    Self::make_dormant(slot, &mut self.keys, old, evicted, max_candidates);
                 }
                 let mut tally = Tally {
-                    key: KeyBuf::new(&obs.key, obs.note),
-                    namespace,
+                    key: self.keys.insert(&obs.key, obs.note),
+                    ns,
                     count: 0,
-                    first,
-                    last: t,
+                    first: micros(first),
+                    last: micros(t),
                     sources,
                 };
                 tally.add(obs.raw, obs.count, delta, t);
                 let count = tally.count;
-                slot.candidates.put(id, tally);
+                slot.candidates.insert(id, tally);
                 count
             }
         };
@@ -665,14 +749,15 @@ impl Engine {
         }
     }
 
-    fn make_dormant(slot: &mut Slot, id: KeyId, c: Tally, max: usize) {
+    fn make_dormant(slot: &mut Slot, keys: &mut KeyStore, id: KeyId, c: Tally, max: usize) {
+        keys.remove(c.key);
         if slot.dormant.len() >= max {
-            slot.dormant.pop_lru();
+            slot.dormant.pop_oldest();
         }
-        slot.dormant.put(
+        slot.dormant.insert(
             id,
             Dormant {
-                namespace: c.namespace,
+                ns: c.ns,
                 last: c.last,
                 sources: c.sources,
             },
@@ -686,7 +771,7 @@ impl Engine {
         slot_idx: SlotIdx,
         id: KeyId,
         obs: &Observation,
-        namespace: Arc<str>,
+        ns: u32,
         t: DateTime<Utc>,
     ) {
         let max = self.policies.settings(slot_idx).max_candidates();
@@ -696,38 +781,33 @@ impl Engine {
             return;
         }
         if slot.dormant.peek(&id).is_none() && slot.dormant.len() >= max {
-            slot.dormant.pop_lru();
+            slot.dormant.pop_oldest();
         }
-        let d = slot.dormant.get_or_insert_mut(id, || Dormant {
-            namespace,
-            last: t,
+        let Some(d) = slot.dormant.get_or_insert(id, || Dormant {
+            ns,
+            last: micros(t),
             sources: Sources::new(),
-        });
-        d.last = d.last.max(t);
+        }) else {
+            return;
+        };
+        d.last = d.last.max(micros(t));
         record(&mut d.sources, obs.raw, obs.count, t);
     }
 
     /// A candidate's second occurrence: the series starts and is created.
     fn promote(&mut self, now: DateTime<Utc>, slot_idx: SlotIdx, id: KeyId, settings: &Settings) {
-        let Some(tally) = self.slots[slot_idx].candidates.pop(&id) else {
+        let Some(tally) = self.slots[slot_idx].candidates.remove(&id) else {
             return;
         };
         let interval = settings.heartbeat_interval;
         let series = Series {
             tally,
-            next_heartbeat: now + interval - jitter(id, interval / 4),
+            next_heartbeat: micros(now + interval - jitter(id, interval / 4)),
             timer_due: 0,
             restored: false,
         };
         self.stats.series_started += 1;
-        let snap = snapshot(
-            &self.names,
-            id,
-            &series,
-            SeriesState::Ongoing,
-            now,
-            self.watermark,
-        );
+        let snap = self.snapshot(id, &series, SeriesState::Ongoing, now);
         self.push_intent(WriteKind::Create, snap);
         self.insert_series(now, slot_idx, id, series);
     }
@@ -735,12 +815,14 @@ impl Engine {
     /// Adds a series to its slot, finishing the least recently active ones beyond `maxActiveSeries`.
     fn insert_series(&mut self, now: DateTime<Utc>, slot_idx: SlotIdx, id: KeyId, mut s: Series) {
         let settings = self.policies.settings(slot_idx);
-        let due = s.next_heartbeat.min(s.tally.last + settings.finish_after);
+        let due = s
+            .next_heartbeat()
+            .min(s.tally.last() + settings.finish_after);
         let max = settings.max_active_series.max(1);
-        s.timer_due = self.arm(due, slot_idx, id);
-        self.slots[slot_idx].series.put(id, s);
+        s.timer_due = self.arm(due, id);
+        self.slots[slot_idx].series.insert(id, s);
         while self.slots[slot_idx].series.len() > max {
-            let Some((id, evicted)) = self.slots[slot_idx].series.pop_lru() else {
+            let Some((id, evicted)) = self.slots[slot_idx].series.pop_oldest() else {
                 break;
             };
             self.stats.series_evicted += 1;
@@ -750,16 +832,23 @@ impl Engine {
 
     fn finish(&mut self, now: DateTime<Utc>, id: KeyId, s: Series, cause: FinishCause) {
         self.stats.series_finished += 1;
-        let snap = snapshot(
-            &self.names,
-            id,
-            &s,
-            SeriesState::Finished,
-            now,
-            self.watermark,
-        );
+        let snap = self.snapshot(id, &s, SeriesState::Finished, now);
+        self.keys.remove(s.tally.key);
         self.names.remove(&id);
         self.push_intent(WriteKind::Finish(cause), snap);
+    }
+
+    fn snapshot(&self, id: KeyId, s: &Series, state: SeriesState, now: DateTime<Utc>) -> Snapshot {
+        snapshot(self.context(), id, s, state, now)
+    }
+
+    fn context(&self) -> Context<'_> {
+        Context {
+            names: &self.names,
+            namespaces: &self.namespaces,
+            keys: &self.keys,
+            watermark: self.watermark,
+        }
     }
 
     fn push_intent(&mut self, kind: WriteKind, series: Snapshot) {
@@ -767,13 +856,9 @@ impl Engine {
     }
 
     /// Schedules a wake-up for a series; returns the due time to store in it.
-    fn arm(&mut self, due: DateTime<Utc>, slot: SlotIdx, id: KeyId) -> i64 {
-        let due = due.timestamp_micros();
-        self.timers.push(Reverse(Timer {
-            due,
-            slot: slot as u32,
-            id,
-        }));
+    fn arm(&mut self, due: DateTime<Utc>, id: KeyId) -> Micros {
+        let due = micros(due);
+        self.timers.push(Reverse(Timer { due, id }));
         due
     }
 
@@ -785,21 +870,21 @@ impl Engine {
         for (idx, slot) in self.slots.iter_mut().enumerate() {
             let window = self.policies.settings(idx).series_window;
             let max = self.policies.settings(idx).max_candidates();
-            while let Some((_, c)) = slot.candidates.peek_lru() {
-                if beyond(c.last, window) > now {
+            while let Some((_, c)) = slot.candidates.peek_oldest() {
+                if beyond(c.last(), window) > now {
                     break;
                 }
-                if let Some((id, c)) = slot.candidates.pop_lru() {
+                if let Some((id, c)) = slot.candidates.pop_oldest() {
                     self.stats.lone += c.count;
-                    Self::make_dormant(slot, id, c, max);
+                    Self::make_dormant(slot, &mut self.keys, id, c, max);
                 }
             }
             while slot
                 .dormant
-                .peek_lru()
-                .is_some_and(|(_, d)| d.last + self.config.dormant_retention <= now)
+                .peek_oldest()
+                .is_some_and(|(_, d)| time(d.last) + self.config.dormant_retention <= now)
             {
-                slot.dormant.pop_lru();
+                slot.dormant.pop_oldest();
             }
         }
         let now_micros = now.timestamp_micros();
@@ -810,43 +895,56 @@ impl Engine {
             self.timers.pop();
             self.fire(now, top);
         }
+        if self.keys.wants_compaction() {
+            let handles = self.slots.iter_mut().flat_map(|s| {
+                let series = s.series.iter_mut().map(|(_, s)| &mut s.tally.key);
+                series.chain(s.candidates.iter_mut().map(|(_, c)| &mut c.key))
+            });
+            self.keys.compact(handles);
+        }
+    }
+
+    /// Bytes of keys and notes the engine holds, and bytes of the chunks they are stored in.
+    pub fn key_bytes(&self) -> (usize, usize) {
+        self.keys.usage()
     }
 
     fn fire(&mut self, now: DateTime<Utc>, t: Timer) {
-        let slot_idx = t.slot as SlotIdx;
-        let settings = self.policies.settings(slot_idx).clone();
-        let Some(slot) = self.slots.get_mut(slot_idx) else {
+        // The series' slot, if the timer is still its live one.
+        let Some(slot_idx) = self
+            .slots
+            .iter()
+            .position(|s| s.series.peek(&t.id).is_some_and(|s| s.timer_due == t.due))
+        else {
             return;
         };
+        let settings = self.policies.settings(slot_idx).clone();
+        let slot = &mut self.slots[slot_idx];
         let Some(s) = slot.series.peek_mut(&t.id) else {
             return;
         };
-        if s.timer_due != t.due {
-            return;
-        }
-        let finish_due = s.tally.last + settings.finish_after;
+        let finish_due = s.tally.last() + settings.finish_after;
         if finish_due <= now {
-            if let Some(ended) = slot.series.pop(&t.id) {
+            if let Some(ended) = slot.series.remove(&t.id) {
                 self.finish(now, t.id, ended, FinishCause::Quiet);
             }
             return;
         }
-        let heartbeat = s.next_heartbeat <= now;
+        let heartbeat = s.next_heartbeat() <= now;
         if heartbeat {
-            s.next_heartbeat = now + settings.heartbeat_interval;
+            s.next_heartbeat = micros(now + settings.heartbeat_interval);
         }
-        let due = s.next_heartbeat.min(finish_due);
+        let due = s.next_heartbeat().min(finish_due);
         let snap = heartbeat.then(|| {
-            snapshot(
-                &self.names,
-                t.id,
-                s,
-                SeriesState::Ongoing,
-                now,
-                self.watermark,
-            )
+            let cx = Context {
+                names: &self.names,
+                namespaces: &self.namespaces,
+                keys: &self.keys,
+                watermark: self.watermark,
+            };
+            snapshot(cx, t.id, s, SeriesState::Ongoing, now)
         });
-        let due = self.arm(due, slot_idx, t.id);
+        let due = self.arm(due, t.id);
         if let Some(s) = self.slots[slot_idx].series.peek_mut(&t.id) {
             s.timer_due = due;
         }
@@ -872,15 +970,16 @@ impl Engine {
         labels: BTreeMap<String, String>,
     ) {
         let slot = self.policies.resolve(&labels);
-        let moved = match self.namespaces.get_mut(ns) {
-            Some(n) => {
+        let moved = match self.namespace_index.get(ns) {
+            Some(&i) => {
+                let n = &mut self.namespaces[i as usize];
                 let moved = n.slot != slot;
-                *n = Namespace { labels, slot };
+                n.labels = labels;
+                n.slot = slot;
                 moved
             }
             None => {
-                self.namespaces
-                    .insert(Arc::from(ns), Namespace { labels, slot });
+                self.add_namespace(ns, labels, slot);
                 false
             }
         };
@@ -890,7 +989,7 @@ impl Engine {
     }
 
     fn rebuild(&mut self, now: DateTime<Utc>) {
-        for n in self.namespaces.values_mut() {
+        for n in &mut self.namespaces {
             n.slot = self.policies.resolve(&n.labels);
         }
         let old: Vec<Slot> = std::mem::take(&mut self.slots);
@@ -898,47 +997,59 @@ impl Engine {
         self.timers.clear();
         for mut slot in old {
             // Oldest first, so that re-insertion keeps the recency order.
-            while let Some((id, d)) = slot.dormant.pop_lru() {
-                let (_, idx) = self.namespace(&d.namespace.clone());
-                self.slots[idx].dormant.put(id, d);
+            while let Some((id, d)) = slot.dormant.pop_oldest() {
+                let idx = self.slot_of(d.ns);
+                self.slots[idx].dormant.insert(id, d);
             }
-            while let Some((id, c)) = slot.candidates.pop_lru() {
-                let (_, idx) = self.namespace(&c.namespace.clone());
-                self.slots[idx].candidates.put(id, c);
+            while let Some((id, c)) = slot.candidates.pop_oldest() {
+                let idx = self.slot_of(c.ns);
+                self.slots[idx].candidates.insert(id, c);
             }
-            while let Some((id, mut s)) = slot.series.pop_lru() {
-                let (_, idx) = self.namespace(&s.tally.namespace.clone());
+            while let Some((id, mut s)) = slot.series.pop_oldest() {
+                let idx = self.slot_of(s.tally.ns);
                 let interval = self.policies.settings(idx).heartbeat_interval;
-                s.next_heartbeat = s.next_heartbeat.min(now + interval);
+                s.next_heartbeat = s.next_heartbeat.min(micros(now + interval));
                 self.insert_series(now, idx, id, s);
             }
         }
     }
 }
 
+/// What a snapshot reads besides the series itself.
+#[derive(Clone, Copy)]
+struct Context<'a> {
+    names: &'a HashMap<KeyId, Arc<str>>,
+    namespaces: &'a [Namespace],
+    keys: &'a KeyStore,
+    watermark: u64,
+}
+
 fn snapshot(
-    names: &HashMap<KeyId, Arc<str>>,
+    cx: Context<'_>,
     id: KeyId,
     s: &Series,
     state: SeriesState,
     now: DateTime<Utc>,
-    watermark: u64,
 ) -> Snapshot {
     let t = &s.tally;
+    let key = cx.keys.get(t.key);
     Snapshot {
         id,
-        name: names.get(&id).map_or_else(
-            || object_name(&t.key.view(), id, t.first),
+        name: cx.names.get(&id).map_or_else(
+            || object_name(&key.view(), id, t.first()),
             |n| n.to_string(),
         ),
-        namespace: t.namespace.clone(),
-        key: t.key.clone(),
+        namespace: cx
+            .namespaces
+            .get(t.ns as usize)
+            .map_or_else(|| Arc::from(""), |n| n.name.clone()),
+        key: KeyBuf::from_packed(key),
         count: t.count,
-        first: t.first,
-        last: t.last,
+        first: t.first(),
+        last: t.last(),
         state,
-        watermark,
-        sources: t.sources.to_vec(),
+        watermark: cx.watermark,
+        sources: t.sources.iter().map(Src::public).collect(),
         written_at: now,
     }
 }
@@ -955,5 +1066,5 @@ fn jitter(id: KeyId, span: TimeDelta) -> TimeDelta {
     if ms <= 0 {
         return TimeDelta::zero();
     }
-    TimeDelta::milliseconds(((id.0 as u64) % ms as u64) as i64)
+    TimeDelta::milliseconds(((id.get() as u64) % ms as u64) as i64)
 }

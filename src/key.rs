@@ -44,19 +44,32 @@ pub type KeyRef<'a> = SeriesKey<&'a str>;
 /// A 128-bit hash of a [`SeriesKey`] (and the note, when the policy includes it). Stable across
 /// processes and versions (xxh3), because it is persisted in the `eventseries.dev/key` label and used to
 /// match series objects with raw events after a restart.
+///
+/// Held as two `u64` halves (high first, so the order is that of the `u128`): a `u128` is 16-byte
+/// aligned, which would pad every engine table entry that holds one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct KeyId(pub u128);
+pub struct KeyId([u64; 2]);
+
+impl KeyId {
+    pub const fn new(v: u128) -> KeyId {
+        KeyId([(v >> 64) as u64, v as u64])
+    }
+
+    pub const fn get(self) -> u128 {
+        ((self.0[0] as u128) << 64) | self.0[1] as u128
+    }
+}
 
 impl fmt::Display for KeyId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:032x}", self.0)
+        write!(f, "{:032x}", self.get())
     }
 }
 
 impl std::str::FromStr for KeyId {
     type Err = std::num::ParseIntError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        u128::from_str_radix(s, 16).map(KeyId)
+        u128::from_str_radix(s, 16).map(KeyId::new)
     }
 }
 
@@ -144,7 +157,7 @@ impl<S: AsRef<str>> SeriesKey<S> {
             }
             None => h.update(&[0]),
         }
-        KeyId(h.digest128())
+        KeyId::new(h.digest128())
     }
 }
 
@@ -154,58 +167,123 @@ const FIELDS: usize = 18;
 /// An owned [`SeriesKey`] and the note of its first occurrence, packed into one shared allocation: a
 /// series keeps them as long as it lives, eighteen separate `String`s would cost over 400 bytes of
 /// headers per series before any text, and a separate `Arc` around a boxed text another allocation.
-/// Layout: one byte (whether `related` is set), the end offset of each field as a little-endian
-/// `u32`, then the fields' text back to back. Cloning shares it.
+/// The format is [`encode`]'s; cloning shares it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct KeyBuf(Arc<[u8]>);
 
-const HEADER: usize = 1 + 4 * FIELDS;
+const RELATED: u8 = 1;
+const WIDE: u8 = 2;
+
+/// Packs a key and note into `out` (appended): one flags byte (bit 0: `related` is set; bit 1: wide
+/// offsets), the end offset of each field as a little-endian `u16` (`u32` when the text is longer
+/// than 64 KiB), then the fields' text back to back. [`PackedKey`] reads it back.
+pub fn encode<S: AsRef<str>>(key: &SeriesKey<S>, note: &str, out: &mut Vec<u8>) {
+    let mut parts: [&str; FIELDS] = [""; FIELDS];
+    parts[..6].copy_from_slice(&key.regarding.parts());
+    if let Some(r) = &key.related {
+        parts[6..12].copy_from_slice(&r.parts());
+    }
+    parts[12..].copy_from_slice(&[
+        key.action.as_ref(),
+        key.reason.as_ref(),
+        key.reporting_controller.as_ref(),
+        key.reporting_instance.as_ref(),
+        key.type_.as_ref(),
+        note,
+    ]);
+    let text: usize = parts.iter().map(|p| p.len()).sum();
+    let wide = text > usize::from(u16::MAX);
+    let width = if wide { 4 } else { 2 };
+    out.reserve(1 + width * FIELDS + text);
+    out.push(u8::from(key.related.is_some()) * RELATED + u8::from(wide) * WIDE);
+    let mut end = 0u32;
+    for part in parts {
+        end = end.saturating_add(u32::try_from(part.len()).unwrap_or(u32::MAX));
+        if wide {
+            out.extend_from_slice(&end.to_le_bytes());
+        } else {
+            // `text` fits in a u16, so every end does.
+            out.extend_from_slice(&(end as u16).to_le_bytes());
+        }
+    }
+    for part in parts {
+        out.extend_from_slice(part.as_bytes());
+    }
+}
 
 impl KeyBuf {
     pub fn new<S: AsRef<str>>(key: &SeriesKey<S>, note: &str) -> KeyBuf {
-        let mut parts: [&str; FIELDS] = [""; FIELDS];
-        parts[..6].copy_from_slice(&key.regarding.parts());
-        if let Some(r) = &key.related {
-            parts[6..12].copy_from_slice(&r.parts());
-        }
-        parts[12..].copy_from_slice(&[
-            key.action.as_ref(),
-            key.reason.as_ref(),
-            key.reporting_controller.as_ref(),
-            key.reporting_instance.as_ref(),
-            key.type_.as_ref(),
-            note,
-        ]);
-        let text: usize = parts.iter().map(|p| p.len()).sum();
-        let mut buf = Vec::with_capacity(HEADER + text);
-        buf.push(u8::from(key.related.is_some()));
-        let mut end = 0u32;
-        for part in parts {
-            end = end.saturating_add(u32::try_from(part.len()).unwrap_or(u32::MAX));
-            buf.extend_from_slice(&end.to_le_bytes());
-        }
-        for part in parts {
-            buf.extend_from_slice(part.as_bytes());
-        }
+        let mut buf = Vec::new();
+        encode(key, note, &mut buf);
         KeyBuf(Arc::from(buf))
     }
 
-    fn end(&self, i: usize) -> usize {
-        self.0
-            .get(1 + 4 * i..5 + 4 * i)
-            .and_then(|b| b.try_into().ok())
-            .map_or(0, |b| u32::from_le_bytes(b) as usize)
+    /// A copy of a packed key (as [`encode`] wrote it).
+    pub fn from_packed(key: PackedKey<'_>) -> KeyBuf {
+        KeyBuf(Arc::from(key.0))
     }
 
-    fn field(&self, i: usize) -> &str {
-        let start = if i == 0 { 0 } else { self.end(i - 1) };
+    pub fn packed(&self) -> PackedKey<'_> {
+        PackedKey(&self.0)
+    }
+
+    /// The key as borrowed strings, for hashing and for writing the series object.
+    pub fn view(&self) -> KeyRef<'_> {
+        self.packed().view()
+    }
+
+    /// The note (message) of the series' first occurrence.
+    pub fn note(&self) -> &str {
+        self.packed().note()
+    }
+
+    /// Heap bytes of text the key and note carry.
+    pub fn text_len(&self) -> usize {
+        self.packed().text_len()
+    }
+}
+
+/// A key and note in [`encode`]'s format, borrowed from wherever they are stored. Reading a malformed
+/// one yields empty fields, never a panic.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct PackedKey<'a>(pub &'a [u8]);
+
+impl<'a> PackedKey<'a> {
+    pub fn bytes(self) -> &'a [u8] {
         self.0
-            .get(HEADER + start..HEADER + self.end(i))
+    }
+
+    fn flags(self) -> u8 {
+        self.0.first().copied().unwrap_or_default()
+    }
+
+    fn width(self) -> usize {
+        if self.flags() & WIDE != 0 { 4 } else { 2 }
+    }
+
+    fn header(self) -> usize {
+        1 + self.width() * FIELDS
+    }
+
+    fn end(self, i: usize) -> usize {
+        let w = self.width();
+        match self.0.get(1 + w * i..1 + w * (i + 1)) {
+            Some(&[a, b]) => usize::from(u16::from_le_bytes([a, b])),
+            Some(&[a, b, c, d]) => u32::from_le_bytes([a, b, c, d]) as usize,
+            _ => 0,
+        }
+    }
+
+    fn field(self, i: usize) -> &'a str {
+        let start = if i == 0 { 0 } else { self.end(i - 1) };
+        let header = self.header();
+        self.0
+            .get(header + start..header + self.end(i))
             .and_then(|b| std::str::from_utf8(b).ok())
             .unwrap_or_default()
     }
 
-    fn object(&self, at: usize) -> ObjectRef<&str> {
+    fn object(self, at: usize) -> ObjectRef<&'a str> {
         ObjectRef {
             api_version: self.field(at),
             kind: self.field(at + 1),
@@ -216,11 +294,10 @@ impl KeyBuf {
         }
     }
 
-    /// The key as borrowed strings, for hashing and for writing the series object.
-    pub fn view(&self) -> KeyRef<'_> {
+    pub fn view(self) -> KeyRef<'a> {
         SeriesKey {
             regarding: self.object(0),
-            related: (self.0.first() == Some(&1)).then(|| self.object(6)),
+            related: (self.flags() & RELATED != 0).then(|| self.object(6)),
             action: self.field(12),
             reason: self.field(13),
             reporting_controller: self.field(14),
@@ -229,18 +306,22 @@ impl KeyBuf {
         }
     }
 
-    /// The note (message) of the series' first occurrence.
-    pub fn note(&self) -> &str {
+    pub fn note(self) -> &'a str {
         self.field(17)
     }
 
-    /// Heap bytes of text the key and note carry.
-    pub fn text_len(&self) -> usize {
-        self.0.len().saturating_sub(HEADER)
+    pub fn text_len(self) -> usize {
+        self.0.len().saturating_sub(self.header())
     }
 }
 
 impl fmt::Debug for KeyBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.packed().fmt(f)
+    }
+}
+
+impl fmt::Debug for PackedKey<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyBuf")
             .field("key", &self.view())
@@ -599,5 +680,37 @@ mod tests {
         assert_eq!(owned.view().id(None), o.key.id(None));
         let id = o.key.id(None);
         assert_eq!(id.to_string().parse::<KeyId>().unwrap(), id);
+    }
+
+    #[test]
+    fn keys_longer_than_64_kib_keep_every_field() {
+        let mut ev = legacy();
+        let long = "x".repeat(70_000);
+        ev.message = Some(long.clone());
+        ev.involved_object.name = Some("y".repeat(300));
+        let o = observe(&ev).unwrap();
+        assert!(o.key.related.is_none());
+        let owned = KeyBuf::new(&o.key, o.note);
+        assert_eq!(owned.view(), o.key);
+        assert_eq!(owned.note(), long);
+        let k = &o.key;
+        let scalars = [
+            k.action,
+            k.reason,
+            k.reporting_controller,
+            k.reporting_instance,
+            k.type_,
+        ];
+        let text: usize = k
+            .regarding
+            .parts()
+            .iter()
+            .chain(&scalars)
+            .map(|p| p.len())
+            .sum();
+        assert_eq!(owned.text_len(), text + long.len());
+        let short = KeyBuf::new(&observe(&legacy()).unwrap().key, "n");
+        assert!(short.text_len() < 1_000);
+        assert_eq!(short.note(), "n");
     }
 }

@@ -152,7 +152,7 @@ pub fn namespace<'a>(raw_namespace: &'a str, regarding: &ObjectRef<&str>) -> &'a
 /// The object name of a series: readable prefix, then a hash of the key and the start second, so that a
 /// repeated create of one series can only ever hit the same name.
 pub fn object_name(key: &KeyRef, id: KeyId, first: DateTime<Utc>) -> String {
-    let mut seed = id.0.to_le_bytes().to_vec();
+    let mut seed = id.get().to_le_bytes().to_vec();
     seed.extend_from_slice(&first.timestamp().to_le_bytes());
     let prefix = or_else_owned(
         dns_subdomain(key.regarding.name, NAME_PREFIX_LIMIT),
@@ -317,7 +317,7 @@ mod tests {
 
     #[test]
     fn names_are_dns_subdomains() {
-        let id = KeyId(42);
+        let id = KeyId::new(42);
         let t = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
         for name in ["web-0", "Node_1", "", "..", &"A".repeat(400), "a..b", "ü"] {
             let key = KeyRef {
@@ -333,7 +333,10 @@ mod tests {
         let key = KeyRef::default();
         let later = t + chrono::TimeDelta::seconds(1);
         assert_ne!(object_name(&key, id, t), object_name(&key, id, later));
-        assert_ne!(object_name(&key, id, t), object_name(&key, KeyId(43), t));
+        assert_ne!(
+            object_name(&key, id, t),
+            object_name(&key, KeyId::new(43), t)
+        );
         assert_eq!(object_name(&key, id, t), object_name(&key, id, t));
     }
 

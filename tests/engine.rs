@@ -498,3 +498,38 @@ fn include_note_change_applies_to_keys_seen_after_it() {
         "a different note is a different key now"
     );
 }
+
+#[test]
+fn keys_of_expired_candidates_are_reclaimed_and_series_keys_survive_it() {
+    let mut engine = Engine::with_settings(Settings {
+        finish_after: secs(60),
+        ..fast_settings()
+    });
+    let now = t0();
+    // 100 series among 30,000 one-off candidates, their keys interleaved in the store.
+    for i in 0..30_000 {
+        feed_pod(&mut engine, i, if i % 300 == 0 { 2 } else { 1 }, now);
+    }
+    assert_eq!(engine.active_series(), 100);
+    let (live, held) = engine.key_bytes();
+    assert!(live > 30_000 * 50 && held >= live, "{live} {held}");
+    // Past the window the candidates expire; a heartbeat-free tick keeps the series.
+    engine.tick(now + secs(21));
+    assert_eq!(engine.candidates(), 0);
+    assert_eq!(engine.active_series(), 100);
+    let (live_after, held_after) = engine.key_bytes();
+    assert!(live_after * 250 < live, "{live_after} of {live}");
+    assert!(
+        held_after < held / 10,
+        "holes were reclaimed: {held_after} of {held}"
+    );
+    let mut names: Vec<String> = engine
+        .active(now)
+        .iter()
+        .map(|s| s.key.view().regarding.name.to_string())
+        .collect();
+    names.sort();
+    let mut expected: Vec<String> = (0..30_000).step_by(300).map(|i| format!("p{i}")).collect();
+    expected.sort();
+    assert_eq!(names, expected);
+}

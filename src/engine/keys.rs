@@ -1,0 +1,274 @@
+//! Where the engine keeps the keys and notes of its series and candidates: packed ([`encode`]) back to
+//! back in large chunks, addressed by an 8-byte [`Stored`] handle.
+//!
+//! Why not one `Arc<[u8]>` per key: 100,000 series are 100,000 small long-lived allocations made on
+//! the thread that also decodes every watch event, so the allocator's heap ends up as live keys with
+//! freed decode buffers between them. After a burst that free space is in pieces smaller than a page,
+//! which no `malloc_trim` can return: measured, a third of the operator's resident memory at 100,000
+//! series (docs/BENCHMARKS.md, Memory). Chunks of [`CHUNK`] bytes are allocated on their own (above
+//! glibc's mmap threshold, see `memory::tune_allocator`) and freed whole.
+//!
+//! A removed key leaves a hole in its chunk; a chunk with no live key is freed at once, and when the
+//! holes add up to more than the live keys the engine rewrites every live key into fresh chunks
+//! ([`KeyStore::compact`]), so the store is never more than about twice its live content.
+
+use crate::key::{PackedKey, SeriesKey, encode};
+
+/// Size of a chunk. A key longer than this gets a chunk of its own.
+pub const CHUNK: usize = 256 * 1024;
+
+/// Compaction is not worth it below this many bytes of holes.
+const MIN_COMPACT: usize = 4 * CHUNK;
+
+/// A key in a [`KeyStore`]: the chunk, and the offset of its length prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stored {
+    chunk: u32,
+    offset: u32,
+}
+
+#[derive(Default)]
+struct Chunk {
+    buf: Vec<u8>,
+    /// Bytes of live keys (length prefixes included).
+    live: usize,
+}
+
+#[derive(Default)]
+pub struct KeyStore {
+    chunks: Vec<Chunk>,
+    /// The chunk new keys are appended to.
+    current: Option<u32>,
+    /// Indices of freed chunks, for reuse.
+    free: Vec<u32>,
+    live: usize,
+    /// Bytes held by chunks in use, holes included.
+    held: usize,
+    scratch: Vec<u8>,
+}
+
+const PREFIX: usize = 4;
+
+impl KeyStore {
+    pub fn new() -> KeyStore {
+        KeyStore::default()
+    }
+
+    /// Packs and stores a key and note.
+    pub fn insert<S: AsRef<str>>(&mut self, key: &SeriesKey<S>, note: &str) -> Stored {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        encode(key, note, &mut scratch);
+        let stored = self.insert_packed(PackedKey(&scratch));
+        if scratch.capacity() > CHUNK {
+            scratch = Vec::new();
+        }
+        self.scratch = scratch;
+        stored
+    }
+
+    /// Stores an already packed key (a copy).
+    pub fn insert_packed(&mut self, key: PackedKey<'_>) -> Stored {
+        let bytes = key.bytes();
+        let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX) as usize;
+        let need = PREFIX + len;
+        let fits = |c: &Chunk| c.buf.capacity() - c.buf.len() >= need;
+        let chunk = match self.current {
+            Some(i) if fits(&self.chunks[i as usize]) => i,
+            _ => self.new_chunk(need.max(CHUNK)),
+        };
+        if need < CHUNK && self.current != Some(chunk) {
+            // The chunk keys went to so far is full: free it now if its keys are all gone.
+            if let Some(old) = self.current.replace(chunk) {
+                self.free_if_empty(old);
+            }
+        }
+        let c = &mut self.chunks[chunk as usize];
+        let offset = u32::try_from(c.buf.len()).unwrap_or(u32::MAX);
+        c.buf.extend_from_slice(&(len as u32).to_le_bytes());
+        c.buf.extend_from_slice(&bytes[..len]);
+        c.live += need;
+        self.live += need;
+        Stored { chunk, offset }
+    }
+
+    fn new_chunk(&mut self, capacity: usize) -> u32 {
+        let chunk = Chunk {
+            buf: Vec::with_capacity(capacity),
+            live: 0,
+        };
+        self.held += capacity;
+        match self.free.pop() {
+            Some(i) => {
+                self.chunks[i as usize] = chunk;
+                i
+            }
+            None => {
+                self.chunks.push(chunk);
+                u32::try_from(self.chunks.len() - 1).unwrap_or(u32::MAX)
+            }
+        }
+    }
+
+    fn record(&self, k: Stored) -> Option<&[u8]> {
+        let buf = &self.chunks.get(k.chunk as usize)?.buf;
+        let at = k.offset as usize;
+        let len = u32::from_le_bytes(buf.get(at..at + PREFIX)?.try_into().ok()?) as usize;
+        buf.get(at + PREFIX..at + PREFIX + len)
+    }
+
+    /// The key; empty fields if the handle is not (or no longer) valid.
+    pub fn get(&self, k: Stored) -> PackedKey<'_> {
+        PackedKey(self.record(k).unwrap_or_default())
+    }
+
+    /// Releases a key. Its chunk is freed once it holds no live key (unless new keys go there).
+    pub fn remove(&mut self, k: Stored) {
+        let Some(len) = self.record(k).map(<[u8]>::len) else {
+            return;
+        };
+        let need = PREFIX + len;
+        self.live = self.live.saturating_sub(need);
+        let Some(c) = self.chunks.get_mut(k.chunk as usize) else {
+            return;
+        };
+        c.live = c.live.saturating_sub(need);
+        self.free_if_empty(k.chunk);
+    }
+
+    fn free_if_empty(&mut self, i: u32) {
+        if self.current == Some(i) {
+            return;
+        }
+        if let Some(c) = self.chunks.get_mut(i as usize)
+            && c.live == 0
+            && c.buf.capacity() > 0
+        {
+            self.held = self.held.saturating_sub(c.buf.capacity());
+            *c = Chunk::default();
+            self.free.push(i);
+        }
+    }
+
+    /// Bytes of live keys, and bytes held by chunks (holes included).
+    pub fn usage(&self) -> (usize, usize) {
+        (self.live, self.held)
+    }
+
+    /// The holes outweigh the live keys: time to [`KeyStore::compact`].
+    pub fn wants_compaction(&self) -> bool {
+        let holes = self.held.saturating_sub(self.live);
+        holes > self.live && holes > MIN_COMPACT
+    }
+
+    /// Rewrites every live key, in the order given, into fresh chunks, updating each handle. Handles
+    /// not passed here become invalid: the caller passes every handle it holds.
+    pub fn compact<'a>(&mut self, handles: impl Iterator<Item = &'a mut Stored>) {
+        let mut fresh = KeyStore {
+            scratch: std::mem::take(&mut self.scratch),
+            ..KeyStore::default()
+        };
+        for h in handles {
+            *h = fresh.insert_packed(self.get(*h));
+        }
+        *self = fresh;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::{KeyRef, ObjectRef};
+
+    fn key(name: &str) -> KeyRef<'_> {
+        SeriesKey {
+            regarding: ObjectRef {
+                api_version: "v1",
+                kind: "Pod",
+                namespace: "default",
+                name,
+                uid: "u",
+                field_path: "",
+            },
+            related: None,
+            action: "",
+            reason: "BackOff",
+            reporting_controller: "kubelet",
+            reporting_instance: "node-1",
+            type_: "Warning",
+        }
+    }
+
+    #[test]
+    fn keys_read_back_as_stored_until_removed() {
+        let mut s = KeyStore::new();
+        let names: Vec<String> = (0..5_000).map(|i| format!("pod-{i}")).collect();
+        let handles: Vec<Stored> = names.iter().map(|n| s.insert(&key(n), n)).collect();
+        for (n, h) in names.iter().zip(&handles) {
+            assert_eq!(s.get(*h).view(), key(n));
+            assert_eq!(s.get(*h).note(), n);
+        }
+        let (live, held) = s.usage();
+        assert!(live > 0 && held >= live);
+        for h in &handles {
+            s.remove(*h);
+        }
+        assert_eq!(s.usage().0, 0);
+        // Only the chunk new keys go to is still held.
+        assert_eq!(s.usage().1, CHUNK);
+    }
+
+    #[test]
+    fn a_key_larger_than_a_chunk_gets_its_own() {
+        let mut s = KeyStore::new();
+        let small = s.insert(&key("a"), "small");
+        let note = "n".repeat(CHUNK * 2);
+        let big = s.insert(&key("b"), &note);
+        let after = s.insert(&key("c"), "after");
+        assert_eq!(s.get(big).note(), note);
+        assert_eq!(s.get(small).note(), "small");
+        assert_eq!(s.get(after).note(), "after");
+        assert_eq!(small.chunk, after.chunk);
+        s.remove(big);
+        assert_eq!(s.usage().1, CHUNK);
+    }
+
+    #[test]
+    fn compaction_keeps_the_live_keys_and_drops_the_holes() {
+        let mut s = KeyStore::new();
+        let names: Vec<String> = (0..40_000).map(|i| format!("pod-{i:06}")).collect();
+        let mut handles: Vec<Stored> = names.iter().map(|n| s.insert(&key(n), "x")).collect();
+        // Remove 9 keys in 10: holes everywhere, no chunk empty.
+        for (i, h) in handles.iter().enumerate() {
+            if i % 10 != 0 {
+                s.remove(*h);
+            }
+        }
+        assert!(s.wants_compaction());
+        let held = s.usage().1;
+        let mut kept: Vec<(usize, Stored)> = handles
+            .iter()
+            .copied()
+            .enumerate()
+            .filter(|(i, _)| i % 10 == 0)
+            .collect();
+        s.compact(kept.iter_mut().map(|(_, h)| h));
+        assert!(!s.wants_compaction());
+        assert!(s.usage().1 < held / 4);
+        for (i, h) in &kept {
+            assert_eq!(s.get(*h).view().regarding.name, names[*i]);
+        }
+        handles.clear();
+    }
+
+    #[test]
+    fn an_invalid_handle_reads_as_empty() {
+        let s = KeyStore::new();
+        let bogus = Stored {
+            chunk: 7,
+            offset: 9,
+        };
+        assert_eq!(s.get(bogus).view().reason, "");
+        assert_eq!(s.get(bogus).note(), "");
+    }
+}
