@@ -272,15 +272,15 @@ impl Tally {
         time(self.last)
     }
 
-    fn add(&mut self, raw: RawId, raw_count: u64, delta: u64, t: DateTime<Utc>) {
+    fn add(&mut self, raw: RawId, raw_count: u64, delta: u64, t: Micros) {
         self.count += delta;
-        self.last = self.last.max(micros(t));
+        self.last = self.last.max(t);
         record(&mut self.sources, raw, raw_count, t);
     }
 }
 
 /// Notes that `raw` has reached `count`, keeping the most recently updated [`MAX_SOURCES`].
-fn record(sources: &mut Sources, raw: RawId, count: u64, t: DateTime<Utc>) {
+fn record(sources: &mut Sources, raw: RawId, count: u64, t: Micros) {
     if let Some(i) = sources.iter().position(|s| s.raw == raw) {
         sources.remove(i);
     } else if sources.len() >= MAX_SOURCES {
@@ -292,7 +292,7 @@ fn record(sources: &mut Sources, raw: RawId, count: u64, t: DateTime<Utc>) {
     sources.push(Src {
         raw,
         count,
-        last: micros(t),
+        last: t,
     });
 }
 
@@ -363,7 +363,7 @@ struct Delta {
     /// The count it was measured against (0 for a raw object seen for the first time).
     baseline: u64,
     /// The latest occurrence already counted from this raw object, when known.
-    since: Option<DateTime<Utc>>,
+    since: Option<Micros>,
 }
 
 struct Namespace {
@@ -606,7 +606,7 @@ impl Engine {
             let delta = Delta {
                 added: obs.count.saturating_sub(r.count),
                 baseline: r.count,
-                since: Some(time(r.last)),
+                since: Some(r.last),
             };
             r.count = r.count.max(obs.count);
             r.last = r.last.max(micros(obs.last));
@@ -614,11 +614,10 @@ impl Engine {
         }
         let (baseline, since) = match self.evidence.get(&id) {
             Some(e) if self.recovering => match obs.resource_version {
-                Some(rv) if rv <= e.watermark => (obs.count, Some(obs.last)),
-                _ => e
-                    .sources
-                    .get(&obs.raw)
-                    .map_or((0, None), |(c, last)| ((*c).min(obs.count), *last)),
+                Some(rv) if rv <= e.watermark => (obs.count, Some(micros(obs.last))),
+                _ => e.sources.get(&obs.raw).map_or((0, None), |(c, last)| {
+                    ((*c).min(obs.count), last.map(micros))
+                }),
             },
             _ => (0, None),
         };
@@ -663,58 +662,73 @@ impl Engine {
             return;
         }
         let window = settings.series_window;
+        // Compared as microseconds: this is the path of every occurrence.
+        let window_us = window.num_microseconds().unwrap_or(i64::MAX);
         let t = obs.last.min(now);
-        // Where the counted occurrences lie: a new raw object's between its first and its last; a
-        // known one's after the previous last. `gaps` is how many gaps separate them from each other
-        // and from that start.
-        let (mut first, start, gaps) = match (d.baseline, d.since) {
-            (0, _) => (obs.first.min(t), Some(obs.first.min(t)), delta - 1),
-            (_, since) => (t, since, delta),
-        };
+        let t_us = micros(t);
 
         let slot = &mut self.slots[slot_idx];
         if let Some(series) = slot.series.get(&id) {
-            if t <= series.tally.last() + window || (self.recovering && series.restored) {
-                series.tally.add(obs.raw, obs.count, delta, t);
+            if t_us <= series.tally.last.saturating_add(window_us)
+                || (self.recovering && series.restored)
+            {
+                series.tally.add(obs.raw, obs.count, delta, t_us);
                 return;
             }
             if let Some(ended) = slot.series.remove(&id) {
                 self.finish(now, id, ended, FinishCause::Gap);
             }
         }
-        if t < now - window {
+        if t_us < micros(now).saturating_sub(window_us) {
             self.stats.dropped_stale += delta;
-            self.remember(slot_idx, id, obs, ns, t);
+            self.remember(slot_idx, id, obs, ns, t_us);
             return;
         }
+        // Where the counted occurrences lie: a new raw object's between its first and its last; a
+        // known one's after the previous last. `gaps` is how many gaps separate them from each other
+        // and from that start.
+        let (mut first, start, gaps) = match (d.baseline, d.since) {
+            (0, _) => {
+                let first = micros(obs.first.min(t));
+                (first, Some(first), delta - 1)
+            }
+            (_, since) => (t_us, since, delta),
+        };
         // N occurrences spread over more than `gaps` windows: the live engine saw each of them alone
         // (exact for what it saw, see module docs), so all but the last are lone.
         let spread = start.is_some_and(|start| {
             // A span too long to represent (a huge count under a huge window) is no spread.
-            i32::try_from(gaps)
-                .is_ok_and(|g| g >= 1 && window.checked_mul(g).is_some_and(|span| t - start > span))
+            i64::try_from(gaps).is_ok_and(|g| {
+                g >= 1
+                    && window_us
+                        .checked_mul(g)
+                        .is_some_and(|span| t_us.saturating_sub(start) > span)
+            })
         });
         if delta >= 2 && spread {
             self.stats.lone += delta - 1;
             delta = 1;
-            first = t;
+            first = t_us;
         }
 
         let max_candidates = settings.max_candidates();
         let slot = &mut self.slots[slot_idx];
         let count = match slot.candidates.get(&id) {
-            Some(c) if t <= c.last() + window && t >= c.first() - window => {
-                c.first = c.first.min(micros(first));
-                c.add(obs.raw, obs.count, delta, t);
+            Some(c)
+                if t_us <= c.last.saturating_add(window_us)
+                    && t_us >= c.first.saturating_sub(window_us) =>
+            {
+                c.first = c.first.min(first);
+                c.add(obs.raw, obs.count, delta, t_us);
                 c.count
             }
             Some(c) => {
                 // A new run of a key whose earlier occurrences were alone; the sources stay.
                 self.stats.lone += c.count;
                 c.count = 0;
-                c.first = micros(first);
-                c.last = micros(t);
-                c.add(obs.raw, obs.count, delta, t);
+                c.first = first;
+                c.last = t_us;
+                c.add(obs.raw, obs.count, delta, t_us);
                 c.count
             }
             None => {
@@ -734,11 +748,11 @@ impl Engine {
                     key: self.keys.insert(&obs.key, obs.note),
                     ns,
                     count: 0,
-                    first: micros(first),
-                    last: micros(t),
+                    first,
+                    last: t_us,
                     sources,
                 };
-                tally.add(obs.raw, obs.count, delta, t);
+                tally.add(obs.raw, obs.count, delta, t_us);
                 let count = tally.count;
                 slot.candidates.insert(id, tally);
                 count
@@ -766,14 +780,7 @@ impl Engine {
 
     /// Records a raw object's count on its key without counting anything (a stale observation), so
     /// that a series the key forms later lists it among its sources.
-    fn remember(
-        &mut self,
-        slot_idx: SlotIdx,
-        id: KeyId,
-        obs: &Observation,
-        ns: u32,
-        t: DateTime<Utc>,
-    ) {
+    fn remember(&mut self, slot_idx: SlotIdx, id: KeyId, obs: &Observation, ns: u32, t: Micros) {
         let max = self.policies.settings(slot_idx).max_candidates();
         let slot = &mut self.slots[slot_idx];
         if let Some(c) = slot.candidates.peek_mut(&id) {
@@ -785,12 +792,12 @@ impl Engine {
         }
         let Some(d) = slot.dormant.get_or_insert(id, || Dormant {
             ns,
-            last: micros(t),
+            last: t,
             sources: Sources::new(),
         }) else {
             return;
         };
-        d.last = d.last.max(micros(t));
+        d.last = d.last.max(t);
         record(&mut d.sources, obs.raw, obs.count, t);
     }
 
