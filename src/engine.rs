@@ -218,6 +218,23 @@ fn table<K: std::hash::Hash + PartialEq, V>() -> Table<K, V> {
     LruMap::new(UnlimitedCompact)
 }
 
+/// Tables below this capacity are never shrunk.
+const SHRINK_FLOOR: usize = 4096;
+
+/// A table never shrinks by itself: after a burst of candidates it would keep the burst's capacity
+/// (entries included) for good. Once it is a quarter full, its entries move to a fresh table, oldest
+/// first, so the LRU order is kept; amortised over the removals that emptied it.
+fn shrink<K: std::hash::Hash + PartialEq, V>(t: &mut Table<K, V>) {
+    if t.guaranteed_capacity() < SHRINK_FLOOR || t.len() * 4 > t.guaranteed_capacity() {
+        return;
+    }
+    let mut fresh = table();
+    while let Some((k, v)) = t.pop_oldest() {
+        fresh.insert(k, v);
+    }
+    *t = fresh;
+}
+
 /// A [`Source`] as the engine keeps it (24 bytes rather than 32).
 #[derive(Clone, Copy, Debug)]
 struct Src {
@@ -902,6 +919,16 @@ impl Engine {
             self.timers.pop();
             self.fire(now, top);
         }
+        for slot in &mut self.slots {
+            shrink(&mut slot.series);
+            shrink(&mut slot.candidates);
+            shrink(&mut slot.dormant);
+        }
+        shrink(&mut self.raw);
+        if self.timers.capacity() >= SHRINK_FLOOR && self.timers.len() * 4 < self.timers.capacity()
+        {
+            self.timers.shrink_to(self.timers.len() * 2);
+        }
         if self.keys.wants_compaction() {
             let handles = self.slots.iter_mut().flat_map(|s| {
                 let series = s.series.iter_mut().map(|(_, s)| &mut s.tally.key);
@@ -914,6 +941,22 @@ impl Engine {
     /// Bytes of keys and notes the engine holds, and bytes of the chunks they are stored in.
     pub fn key_bytes(&self) -> (usize, usize) {
         self.keys.usage()
+    }
+
+    /// Heap bytes held by the engine's tables, timers and key store (capacity, not content): what
+    /// must come back down after a burst.
+    pub fn held_bytes(&self) -> usize {
+        let tables: usize = self
+            .slots
+            .iter()
+            .map(|s| {
+                s.series.memory_usage() + s.candidates.memory_usage() + s.dormant.memory_usage()
+            })
+            .sum();
+        tables
+            + self.raw.memory_usage()
+            + self.timers.capacity() * std::mem::size_of::<Reverse<Timer>>()
+            + self.keys.usage().1
     }
 
     fn fire(&mut self, now: DateTime<Utc>, t: Timer) {

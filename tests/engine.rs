@@ -533,3 +533,34 @@ fn keys_of_expired_candidates_are_reclaimed_and_series_keys_survive_it() {
     expected.sort();
     assert_eq!(names, expected);
 }
+
+#[test]
+fn tables_give_back_a_burst_of_candidates() {
+    let mut engine = Engine::with_settings(Settings {
+        finish_after: secs(3 * 3600),
+        ..fast_settings()
+    });
+    let now = t0();
+    let idle = engine.held_bytes();
+    for i in 0..50_000 {
+        feed_pod(&mut engine, i, if i % 1_000 == 0 { 2 } else { 1 }, now);
+    }
+    let burst = engine.held_bytes();
+    assert!(burst > 10 * 1024 * 1024, "{burst}");
+    // The candidates expire, then their dormant records (and the TTL deletes their raw objects): the
+    // burst's tables go.
+    for i in 0..50_000 {
+        engine.forget(event_series::key::RawId::of(
+            "a",
+            &format!("r{i}"),
+            &format!("raw-a-r{i}"),
+        ));
+    }
+    engine.tick(now + secs(21));
+    assert_eq!(engine.candidates(), 0);
+    engine.tick(now + secs(3600 + 21));
+    assert_eq!(engine.active_series(), 50);
+    let after = engine.held_bytes();
+    assert!(after < burst / 4, "held {after} of {burst} (idle {idle})");
+    assert_eq!(engine.active(now).len(), 50);
+}
