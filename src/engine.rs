@@ -862,16 +862,28 @@ impl Engine {
         self.push_intent(WriteKind::Finish(cause), snap);
     }
 
+    /// Everything a writer needs to write the series as it is now.
     fn snapshot(&self, id: KeyId, s: &Series, state: SeriesState, now: DateTime<Utc>) -> Snapshot {
-        snapshot(self.context(), id, s, state, now)
-    }
-
-    fn context(&self) -> Context<'_> {
-        Context {
-            names: &self.names,
-            namespaces: &self.namespaces,
-            keys: &self.keys,
+        let t = &s.tally;
+        let key = self.keys.get(t.key);
+        Snapshot {
+            id,
+            name: self.names.get(&id).map_or_else(
+                || object_name(&key.view(), id, t.first()),
+                |n| n.to_string(),
+            ),
+            namespace: self
+                .namespaces
+                .get(t.ns as usize)
+                .map_or_else(|| Arc::from(""), |n| n.name.clone()),
+            key: KeyBuf::from_packed(key),
+            count: t.count,
+            first: t.first(),
+            last: t.last(),
+            state,
             watermark: self.watermark,
+            sources: t.sources.iter().map(Src::public).collect(),
+            written_at: now,
         }
     }
 
@@ -985,20 +997,12 @@ impl Engine {
             s.next_heartbeat = micros(now + settings.heartbeat_interval);
         }
         let due = s.next_heartbeat().min(finish_due);
-        let snap = heartbeat.then(|| {
-            let cx = Context {
-                names: &self.names,
-                namespaces: &self.namespaces,
-                keys: &self.keys,
-                watermark: self.watermark,
-            };
-            snapshot(cx, t.id, s, SeriesState::Ongoing, now)
-        });
         let due = self.arm(due, t.id);
         if let Some(s) = self.slots[slot_idx].series.peek_mut(&t.id) {
             s.timer_due = due;
         }
-        if let Some(snap) = snap {
+        if heartbeat && let Some(s) = self.slots[slot_idx].series.peek(&t.id) {
+            let snap = self.snapshot(t.id, s, SeriesState::Ongoing, now);
             self.push_intent(WriteKind::Heartbeat, snap);
         }
     }
@@ -1062,45 +1066,6 @@ impl Engine {
                 self.insert_series(now, idx, id, s);
             }
         }
-    }
-}
-
-/// What a snapshot reads besides the series itself.
-#[derive(Clone, Copy)]
-struct Context<'a> {
-    names: &'a HashMap<KeyId, Arc<str>>,
-    namespaces: &'a [Namespace],
-    keys: &'a KeyStore,
-    watermark: u64,
-}
-
-fn snapshot(
-    cx: Context<'_>,
-    id: KeyId,
-    s: &Series,
-    state: SeriesState,
-    now: DateTime<Utc>,
-) -> Snapshot {
-    let t = &s.tally;
-    let key = cx.keys.get(t.key);
-    Snapshot {
-        id,
-        name: cx.names.get(&id).map_or_else(
-            || object_name(&key.view(), id, t.first()),
-            |n| n.to_string(),
-        ),
-        namespace: cx
-            .namespaces
-            .get(t.ns as usize)
-            .map_or_else(|| Arc::from(""), |n| n.name.clone()),
-        key: KeyBuf::from_packed(key),
-        count: t.count,
-        first: t.first(),
-        last: t.last(),
-        state,
-        watermark: cx.watermark,
-        sources: t.sources.iter().map(Src::public).collect(),
-        written_at: now,
     }
 }
 
