@@ -1,21 +1,25 @@
 //! event-series: the events.k8s.io series lifecycle, server-side, for a whole cluster.
 //!
-//! The pure core ([`key`], [`engine`], [`mapping`], [`recovery`], [`settings`]) turns raw Events into
-//! write intents with no I/O; the shell (watch, writer, leader election, metrics server) performs them.
+//! The pure core turns raw Events into write intents with no I/O: [`key`] reads a raw Event as an
+//! observation of its isomorphic key, [`engine`] folds observations and clock ticks into [`intent`]s,
+//! [`object`] turns a series into the events.k8s.io object the API accepts and back, and
+//! [`config::settings`] says what each namespace's policy is. The shell performs it: [`watch`] lists
+//! and watches raw Events, [`restart`] rebuilds the engine from the API server, [`writer`] writes
+//! intents, [`config::watch`] keeps policies live, [`leader`] elects one writer, [`server`] serves
+//! metrics and probes, and [`controller`] ties them together. `docs/ARCHITECTURE.md` draws the flow.
 
 pub mod cli;
+pub mod config;
 pub mod controller;
 pub mod engine;
+pub mod intent;
 pub mod key;
 pub mod leader;
-pub mod mapping;
 pub mod memory;
 pub mod metrics;
-pub mod policies;
-pub mod policy;
-pub mod recovery;
+pub mod object;
+pub mod restart;
 pub mod retry;
 pub mod server;
-pub mod settings;
 pub mod watch;
 pub mod writer;

@@ -1,10 +1,11 @@
 use anyhow::{Context, bail};
 use clap::Parser;
 use event_series::cli::{Cli, Command, LogFormat, RunArgs};
+use event_series::config::Settings;
+use event_series::config::duration::{self, parse as parse_duration};
 use event_series::controller::{self, ControllerConfig, Stop};
 use event_series::leader::{Election, LeaseConfig};
 use event_series::metrics::Metrics;
-use event_series::settings::{Settings, parse_duration};
 use event_series::writer::WriterConfig;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,7 +22,7 @@ fn main() -> anyhow::Result<()> {
             runtime.block_on(run(*args))
         }
         Command::Crd => {
-            print!("{}", event_series::policy::crd_yaml()?);
+            print!("{}", event_series::config::crd::crd_yaml()?);
             Ok(())
         }
     }
@@ -93,7 +94,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     )
     .await
     .with_context(|| format!("binding --metrics-addr {}", args.metrics_addr))?;
-    tracing::info!(metrics_addr = %bound, namespace = ?args.namespace, "event-series starting");
+    tracing::info!(metrics_addr = %bound, namespace = ?args.namespace,
+        heartbeat_interval = %duration::format(settings.heartbeat_interval),
+        finish_after = %duration::format(settings.finish_after),
+        series_window = %duration::format(settings.series_window),
+        "event-series starting");
     let config = ControllerConfig {
         defaults: settings,
         namespace: args.namespace,

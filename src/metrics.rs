@@ -2,6 +2,8 @@
 //! [`crate::engine::Stats`]; the shell copies them here, so the pure core needs no metrics library.
 
 use crate::engine::Stats;
+use crate::key::NormaliseError;
+use k8s_openapi::api::core::v1::Event;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -51,7 +53,7 @@ pub struct Metrics {
     pub dropped: Family<DropLabels, Counter>,
     /// `ingest_lag_seconds`: see [`Metrics::ingest_lag`].
     pub ingest_lag: IngestLag,
-    /// Engine counters already exported, so that [`Metrics::observe_engine`] adds only the growth.
+    /// Engine counters already exported, so that [`Metrics::sync_engine`] adds only the growth.
     seen: SeenStats,
 }
 
@@ -149,6 +151,13 @@ impl Metrics {
             .inc();
     }
 
+    /// A raw event that cannot be read: logged with its name and counted under its reason.
+    pub fn skipped(&self, ev: &Event, e: &NormaliseError) {
+        tracing::warn!(name = ?ev.metadata.name, namespace = ?ev.metadata.namespace,
+            error = %e, "raw event skipped");
+        self.dropped(e.reason(), 1);
+    }
+
     pub fn dropped(&self, reason: &str, n: u64) {
         self.dropped
             .get_or_create(&DropLabels {
@@ -172,7 +181,7 @@ impl Metrics {
     }
 
     /// Copies the growth of the engine's counters since the last call.
-    pub fn observe_engine(&self, stats: &Stats, active: usize) {
+    pub fn sync_engine(&self, stats: &Stats, active: usize) {
         let grow =
             |seen: &AtomicU64, now: u64| now.saturating_sub(seen.swap(now, Ordering::Relaxed));
         let s = &self.seen;
@@ -222,7 +231,7 @@ mod tests {
         let registry = Metrics::registry(&m);
         m.request("create", 201);
         m.watch_relists.inc();
-        m.observe_engine(
+        m.sync_engine(
             &Stats {
                 occurrences: 5,
                 dropped_filtered: 2,
@@ -230,7 +239,7 @@ mod tests {
             },
             3,
         );
-        m.observe_engine(
+        m.sync_engine(
             &Stats {
                 occurrences: 7,
                 dropped_filtered: 2,

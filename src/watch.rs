@@ -1,32 +1,42 @@
-//! The list+watch of raw core/v1 Events: an explicit state machine, in the manner of kube-runtime's
-//! `watcher`, written here because the operator needs what that watcher keeps to itself: bookmarks
-//! (counted, and they advance the engine's watermark), the end of each list (a consistent point), and
-//! the difference between a re-established watch and a relist.
+//! The list+watch of raw core/v1 Events: an explicit state machine ([`Watch`]), in the manner of
+//! kube-runtime's `watcher`, and the thin shell that performs its requests ([`raw_events`]).
+//!
+//! Written here rather than taken from kube-runtime because the operator needs what that watcher
+//! keeps to itself: bookmarks (counted, and they advance the engine's watermark), the end of each list
+//! (a consistent point), and the difference between a re-established watch and a relist.
 //!
 //! ```text
-//!            ┌────────────── 410 Gone (relist) ───────────────┐
-//!            ▼                                                │
-//!   Listing{continue} ──last page──▶ Watching{rv} ──events──▶ Watching{rv'}
+//!            ┌──────────────── 410 Gone: relist ────────────────┐
+//!            ▼                                                  │
+//!   Listing{continue} ──last page──▶ Watching{rv} ──event or bookmark──▶ Watching{rv'}
 //!     │   ▲                              │   ▲
-//!     └───┘ next page                    │   └── stream ended / error: re-watch from rv (no relist)
-//!   error: retry the page after backoff  └─ Bookmark: rv' = bookmark's rv
+//!     └───┘ next page                    │   └── stream ended or failed: watch again from rv
+//!   failure: the same page after backoff └──── request failed: the same watch after backoff
 //! ```
 //!
-//! Transitions are decided by [`Watch::transition`], a pure function of the state and what the API
-//! answered, so they are unit-tested without a server; [`raw_events`] performs the calls.
+//! | state | input | next state | steps handed on |
+//! |---|---|---|---|
+//! | `Listing` | a page with a continue token | `Listing` with that token | `ListStarted` (first page only), `Listed` per object |
+//! | `Listing` | the last page, at list resourceVersion `rv` | `Watching{rv}` | `ListStarted` (if first), `Listed`…, `ListDone{rv}` |
+//! | `Watching{rv}` | an added, modified or deleted object at `rv'` | `Watching{rv'}` | `Applied` or `Deleted` |
+//! | `Watching{rv}` | a bookmark at `rv'` | `Watching{rv'}` | `Bookmark{rv'}` |
+//! | `Watching{rv}` | the stream ended (server timeout) | `Watching{rv}` | `Restarted` |
+//! | `Watching{rv}` | the stream failed | `Watching{rv}` | `Failed`, then `Restarted` |
+//! | any | a request failed | unchanged | `Failed` (the shell waits `retry_in`) |
+//! | any | 410 Gone (request, stream or error event) | `Listing` from scratch, `relist` | none until the next page |
+//!
+//! A relist happens only on 410 Gone; every other interruption resumes from the last resourceVersion
+//! seen, bookmarks included. [`Watch`] does no I/O, so every decision is unit-tested without a server.
 
-use crate::mapping::not_managed_selector;
+use crate::object::not_managed_selector;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams, WatchEvent, WatchParams};
+use kube::core::ObjectList;
 use std::time::Duration;
 
 /// Page size of the list.
 pub const PAGE_SIZE: u32 = 500;
-/// Default server-side timeout of one watch request (kube-rs always sends one, so the apiserver's
-/// `--min-request-timeout` does not apply); the watch is then re-established from the last
-/// resourceVersion.
-pub const WATCH_TIMEOUT_SECS: u32 = 290;
 
 /// What the watch hands to the operator loop.
 #[derive(Debug)]
@@ -61,32 +71,50 @@ pub enum Step {
 pub enum State {
     Listing {
         continue_token: Option<String>,
+        /// A relist after 410 Gone, not the first list.
         relist: bool,
+        /// `ListStarted` was handed on for this list.
+        announced: bool,
     },
     Watching {
         resource_version: String,
     },
 }
 
-/// What one API call answered, as far as the state machine cares.
-#[derive(Debug)]
-pub enum Answer {
-    Page {
-        continue_token: Option<String>,
-        resource_version: String,
-    },
-    /// A watch event with this resourceVersion (object or bookmark).
-    Seen { resource_version: String },
-    /// The watch stream ended (server timeout).
-    Ended,
-    /// 410 Gone: the resourceVersion is too old.
-    Gone,
-    /// Any other failure.
-    Error,
+/// The request the shell makes next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    List { continue_token: Option<String> },
+    Watch { resource_version: String },
 }
 
+/// Why a request or a stream failed, as far as the state machine cares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// 410 Gone: the resourceVersion (or continue token) is too old.
+    Gone,
+    Other(String),
+}
+
+impl Failure {
+    pub fn of(e: &kube::Error) -> Failure {
+        match e {
+            kube::Error::Api(s) if s.code == 410 => Failure::Gone,
+            e => Failure::Other(e.to_string()),
+        }
+    }
+}
+
+/// The list+watch state machine. Feed it what the API answered; it says what to hand on and what
+/// to request next.
 pub struct Watch {
-    pub state: State,
+    state: State,
+    delays: backon::ExponentialBackoff,
+}
+
+/// Retry delays for failed list or watch requests.
+fn backoff() -> backon::ExponentialBackoff {
+    crate::retry::delays(Duration::from_millis(200), Duration::from_secs(30))
 }
 
 impl Default for Watch {
@@ -95,58 +123,139 @@ impl Default for Watch {
             state: State::Listing {
                 continue_token: None,
                 relist: false,
+                announced: false,
             },
+            delays: backoff(),
         }
     }
 }
 
 impl Watch {
-    /// The next state. A relist happens only on 410 Gone; every other interruption resumes from the
-    /// last resourceVersion seen, bookmarks included.
-    pub fn transition(&self, answer: &Answer) -> State {
-        match (&self.state, answer) {
-            (_, Answer::Gone) => State::Listing {
-                continue_token: None,
-                relist: true,
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    pub fn request(&self) -> Request {
+        match &self.state {
+            State::Listing { continue_token, .. } => Request::List {
+                continue_token: continue_token.clone(),
             },
-            (
-                State::Listing { relist, .. },
-                Answer::Page {
-                    continue_token: Some(token),
-                    ..
-                },
-            ) => State::Listing {
-                continue_token: Some(token.clone()),
-                relist: *relist,
-            },
-            (
-                State::Listing { .. },
-                Answer::Page {
-                    continue_token: None,
-                    resource_version,
-                },
-            ) => State::Watching {
+            State::Watching { resource_version } => Request::Watch {
                 resource_version: resource_version.clone(),
             },
-            (State::Watching { .. }, Answer::Seen { resource_version }) => State::Watching {
-                resource_version: resource_version.clone(),
-            },
-            (state, _) => state.clone(),
         }
     }
-}
 
-fn is_gone(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 410)
-}
+    /// A list page arrived.
+    pub fn page(&mut self, page: ObjectList<Event>) -> Vec<Step> {
+        let State::Listing {
+            relist, announced, ..
+        } = self.state
+        else {
+            return Vec::new();
+        };
+        self.delays = backoff();
+        let mut steps = Vec::with_capacity(page.items.len() + 2);
+        if !announced {
+            steps.push(Step::ListStarted { relist });
+        }
+        steps.extend(page.items.into_iter().map(|ev| Step::Listed(Box::new(ev))));
+        let resource_version = page.metadata.resource_version.unwrap_or_default();
+        self.state = match page.metadata.continue_.filter(|t| !t.is_empty()) {
+            Some(token) => State::Listing {
+                continue_token: Some(token),
+                relist,
+                announced: true,
+            },
+            None => {
+                steps.push(Step::ListDone {
+                    resource_version: resource_version.clone(),
+                });
+                State::Watching { resource_version }
+            }
+        };
+        steps
+    }
 
-fn rv_of(ev: &Event) -> String {
-    ev.metadata.resource_version.clone().unwrap_or_default()
-}
+    /// A watch event arrived: `Ok` with the step to hand on, or `Err` with the steps to hand on when
+    /// the stream must be dropped (an error event).
+    pub fn watched(&mut self, event: WatchEvent<Event>) -> Result<Step, Vec<Step>> {
+        let (step, resource_version) = match event {
+            WatchEvent::Added(ev) | WatchEvent::Modified(ev) => {
+                let rv = ev.metadata.resource_version.clone();
+                (Step::Applied(Box::new(ev)), rv)
+            }
+            WatchEvent::Deleted(ev) => {
+                let rv = ev.metadata.resource_version.clone();
+                (Step::Deleted(Box::new(ev)), rv)
+            }
+            WatchEvent::Bookmark(b) => {
+                let rv = b.metadata.resource_version;
+                (
+                    Step::Bookmark {
+                        resource_version: rv.clone(),
+                    },
+                    Some(rv),
+                )
+            }
+            WatchEvent::Error(s) if s.code == 410 => return Err(self.stream_failed(Failure::Gone)),
+            WatchEvent::Error(s) => {
+                return Err(self.stream_failed(Failure::Other(format!("{s:?}"))));
+            }
+        };
+        if let (
+            State::Watching {
+                resource_version: at,
+            },
+            Some(rv),
+        ) = (&mut self.state, resource_version)
+        {
+            *at = rv;
+        }
+        Ok(step)
+    }
 
-/// Retry delays for failed list or watch requests: 200 ms to 30 s.
-fn backoff() -> impl Iterator<Item = Duration> {
-    crate::retry::delays(Duration::from_millis(200), Duration::from_secs(30))
+    /// The watch stream ended without an error (its server-side timeout): watch again from the last
+    /// resourceVersion.
+    pub fn ended(&mut self) -> Step {
+        self.delays = backoff();
+        Step::Restarted
+    }
+
+    /// The watch stream broke off.
+    pub fn stream_failed(&mut self, failure: Failure) -> Vec<Step> {
+        let mut steps = self.request_failed(failure);
+        if matches!(self.state, State::Watching { .. }) {
+            steps.push(Step::Restarted);
+        }
+        steps
+    }
+
+    /// A list or watch request failed: the same request again after a delay, or a relist on 410.
+    pub fn request_failed(&mut self, failure: Failure) -> Vec<Step> {
+        match failure {
+            Failure::Gone => {
+                // Within a list whose continue token expired, `ListStarted` was already handed on.
+                let announced = matches!(
+                    self.state,
+                    State::Listing {
+                        announced: true,
+                        ..
+                    }
+                );
+                self.state = State::Listing {
+                    continue_token: None,
+                    relist: true,
+                    announced,
+                };
+                Vec::new()
+            }
+            Failure::Other(error) => {
+                let retry_in = self.delays.next().unwrap_or(Duration::from_secs(30));
+                vec![Step::Failed { error, retry_in }]
+            }
+        }
+    }
 }
 
 /// The list+watch of every raw core/v1 Event in the cluster, the operator's own objects excluded. The
@@ -171,6 +280,7 @@ pub fn raw_events(
 
 type Closed = tokio::sync::mpsc::error::SendError<Step>;
 
+/// Performs the requests [`Watch`] asks for and hands its steps on.
 async fn drive(
     api: Api<Event>,
     tx: tokio::sync::mpsc::Sender<Step>,
@@ -179,157 +289,158 @@ async fn drive(
 ) -> Result<(), Closed> {
     let selector = not_managed_selector();
     let mut watch = Watch::default();
-    let mut delays = backoff();
-    let mut list_started = false;
     loop {
-        let answer = match watch.state.clone() {
-            State::Listing {
-                continue_token,
-                relist,
-            } => {
-                if !list_started {
-                    tx.send(Step::ListStarted { relist }).await?;
-                    list_started = true;
-                }
+        let steps = match watch.request() {
+            Request::List { continue_token } => {
                 let mut lp = ListParams::default().labels(&selector).limit(PAGE_SIZE);
                 if let Some(token) = &continue_token {
                     lp = lp.continue_token(token);
                 }
                 match api.list(&lp).await {
-                    Ok(page) => {
-                        let resource_version =
-                            page.metadata.resource_version.clone().unwrap_or_default();
-                        let continue_token =
-                            page.metadata.continue_.clone().filter(|t| !t.is_empty());
-                        for ev in page.items {
-                            tx.send(Step::Listed(Box::new(ev))).await?;
-                        }
-                        if continue_token.is_none() {
-                            tx.send(Step::ListDone {
-                                resource_version: resource_version.clone(),
-                            })
-                            .await?;
-                            list_started = false;
-                        }
-                        delays = backoff();
-                        Answer::Page {
-                            continue_token,
-                            resource_version,
-                        }
-                    }
-                    Err(e) if is_gone(&e) => Answer::Gone,
-                    Err(e) => failed(&tx, &mut delays, e.to_string()).await?,
+                    Ok(page) => watch.page(page),
+                    Err(e) => watch.request_failed(Failure::of(&e)),
                 }
             }
-            State::Watching { resource_version } => {
+            Request::Watch { resource_version } => {
                 let mut wp = WatchParams::default()
                     .labels(&selector)
                     .timeout(watch_timeout_secs.max(1));
-                wp.bookmarks = bookmarks; // allowWatchBookmarks (true but in benchmarks)
+                wp.bookmarks = bookmarks;
                 match api.watch(&wp, &resource_version).await {
-                    Ok(stream) => {
-                        let (answer, error) = follow(&tx, &mut watch, stream.boxed()).await?;
-                        match error {
-                            Some(error) => {
-                                failed(&tx, &mut delays, error).await?;
-                            }
-                            None => delays = backoff(),
-                        }
-                        if !matches!(answer, Answer::Gone) {
-                            tx.send(Step::Restarted).await?;
-                        }
-                        answer
-                    }
-                    Err(e) if is_gone(&e) => Answer::Gone,
-                    Err(e) => failed(&tx, &mut delays, e.to_string()).await?,
+                    Ok(stream) => follow(&tx, &mut watch, stream.boxed()).await?,
+                    Err(e) => watch.request_failed(Failure::of(&e)),
                 }
             }
         };
-        watch.state = watch.transition(&answer);
+        hand_on(&tx, steps).await?;
     }
 }
 
-/// Reports a failure and waits out the next backoff delay.
-async fn failed(
-    tx: &tokio::sync::mpsc::Sender<Step>,
-    delays: &mut impl Iterator<Item = Duration>,
-    error: String,
-) -> Result<Answer, Closed> {
-    let retry_in = delays.next().unwrap_or(Duration::from_secs(30));
-    tx.send(Step::Failed { error, retry_in }).await?;
-    tokio::time::sleep(retry_in).await;
-    Ok(Answer::Error)
-}
-
-/// Forwards one watch response until it ends; returns why it ended, and the error if one did it.
+/// Forwards one watch response until it ends; returns the steps that close it.
 async fn follow(
     tx: &tokio::sync::mpsc::Sender<Step>,
     watch: &mut Watch,
     mut stream: futures::stream::BoxStream<'_, kube::Result<WatchEvent<Event>>>,
-) -> Result<(Answer, Option<String>), Closed> {
+) -> Result<Vec<Step>, Closed> {
     while let Some(item) = stream.next().await {
-        let (step, resource_version) = match item {
-            Ok(WatchEvent::Added(ev) | WatchEvent::Modified(ev)) => {
-                let rv = rv_of(&ev);
-                (Step::Applied(Box::new(ev)), rv)
-            }
-            Ok(WatchEvent::Deleted(ev)) => {
-                let rv = rv_of(&ev);
-                (Step::Deleted(Box::new(ev)), rv)
-            }
-            Ok(WatchEvent::Bookmark(b)) => {
-                let rv = b.metadata.resource_version;
-                (
-                    Step::Bookmark {
-                        resource_version: rv.clone(),
-                    },
-                    rv,
-                )
-            }
-            Ok(WatchEvent::Error(s)) if s.code == 410 => return Ok((Answer::Gone, None)),
-            Ok(WatchEvent::Error(s)) => return Ok((Answer::Error, Some(format!("{s:?}")))),
-            Err(e) => return Ok((Answer::Error, Some(e.to_string()))),
+        let step = match item {
+            Ok(event) => watch.watched(event),
+            Err(e) => Err(watch.stream_failed(Failure::of(&e))),
+        };
+        match step {
+            Ok(step) => tx.send(step).await?,
+            Err(closing) => return Ok(closing),
+        }
+    }
+    Ok(vec![watch.ended()])
+}
+
+/// Sends steps in order, waiting out the delay of a [`Step::Failed`] before the next request.
+async fn hand_on(tx: &tokio::sync::mpsc::Sender<Step>, steps: Vec<Step>) -> Result<(), Closed> {
+    for step in steps {
+        let wait = match &step {
+            Step::Failed { retry_in, .. } => Some(*retry_in),
+            _ => None,
         };
         tx.send(step).await?;
-        watch.state = watch.transition(&Answer::Seen { resource_version });
+        if let Some(wait) = wait {
+            tokio::time::sleep(wait).await;
+        }
     }
-    Ok((Answer::Ended, None))
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, ObjectMeta};
+    use kube::core::{Status, TypeMeta};
 
-    fn watching(rv: &str) -> Watch {
-        Watch {
-            state: State::Watching {
-                resource_version: rv.into(),
+    fn event(name: &str, rv: &str) -> Event {
+        Event {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                resource_version: Some(rv.into()),
+                ..Default::default()
             },
+            ..Default::default()
+        }
+    }
+
+    fn page(names: &[&str], continue_token: Option<&str>, rv: &str) -> ObjectList<Event> {
+        ObjectList {
+            types: TypeMeta::default(),
+            metadata: ListMeta {
+                continue_: continue_token.map(str::to_owned),
+                resource_version: Some(rv.into()),
+                ..Default::default()
+            },
+            items: names.iter().map(|n| event(n, "1")).collect(),
+        }
+    }
+
+    fn bookmark(rv: &str) -> WatchEvent<Event> {
+        serde_json::from_value(serde_json::json!({
+            "type": "BOOKMARK",
+            "object": {"kind": "Event", "apiVersion": "v1", "metadata": {"resourceVersion": rv}}
+        }))
+        .unwrap()
+    }
+
+    fn error(code: u16) -> WatchEvent<Event> {
+        WatchEvent::Error(Box::new(
+            Status::failure("expired", "Expired").with_code(code),
+        ))
+    }
+
+    fn kinds(steps: &[Step]) -> Vec<String> {
+        steps
+            .iter()
+            .map(|s| match s {
+                Step::ListStarted { relist } => format!("ListStarted{{relist:{relist}}}"),
+                Step::Listed(e) => format!("Listed({})", e.metadata.name.clone().unwrap()),
+                Step::ListDone { resource_version } => format!("ListDone({resource_version})"),
+                Step::Applied(e) => format!("Applied({})", e.metadata.name.clone().unwrap()),
+                Step::Deleted(e) => format!("Deleted({})", e.metadata.name.clone().unwrap()),
+                Step::Bookmark { resource_version } => format!("Bookmark({resource_version})"),
+                Step::Restarted => "Restarted".into(),
+                Step::Failed { .. } => "Failed".into(),
+            })
+            .collect()
+    }
+
+    fn watching(w: &Watch) -> Option<&str> {
+        match w.state() {
+            State::Watching { resource_version } => Some(resource_version),
+            State::Listing { .. } => None,
         }
     }
 
     #[test]
     fn pages_continue_then_watch_from_the_list_version() {
-        let w = Watch::default();
-        let next = w.transition(&Answer::Page {
-            continue_token: Some("abc".into()),
-            resource_version: "10".into(),
-        });
+        let mut w = Watch::default();
         assert_eq!(
-            next,
-            State::Listing {
-                continue_token: Some("abc".into()),
-                relist: false
+            w.request(),
+            Request::List {
+                continue_token: None
             }
         );
-        let w = Watch { state: next };
-        let next = w.transition(&Answer::Page {
-            continue_token: None,
-            resource_version: "12".into(),
-        });
+        let steps = w.page(page(&["a", "b"], Some("abc"), "10"));
         assert_eq!(
-            next,
-            State::Watching {
+            kinds(&steps),
+            ["ListStarted{relist:false}", "Listed(a)", "Listed(b)"]
+        );
+        assert_eq!(
+            w.request(),
+            Request::List {
+                continue_token: Some("abc".into())
+            }
+        );
+        let steps = w.page(page(&["c"], None, "12"));
+        assert_eq!(kinds(&steps), ["Listed(c)", "ListDone(12)"]);
+        assert_eq!(
+            w.request(),
+            Request::Watch {
                 resource_version: "12".into()
             }
         );
@@ -337,44 +448,112 @@ mod tests {
 
     #[test]
     fn bookmarks_and_events_advance_the_resume_point() {
-        let w = watching("12");
-        let next = w.transition(&Answer::Seen {
-            resource_version: "40".into(),
-        });
+        let mut w = Watch::default();
+        w.page(page(&[], None, "12"));
+        let step = w.watched(WatchEvent::Added(event("a", "30"))).unwrap();
+        assert_eq!(kinds(&[step]), ["Applied(a)"]);
+        assert_eq!(watching(&w), Some("30"));
+        let step = w.watched(bookmark("40")).unwrap();
+        assert_eq!(kinds(&[step]), ["Bookmark(40)"]);
+        assert_eq!(watching(&w), Some("40"));
+        let step = w.watched(WatchEvent::Deleted(event("a", "41"))).unwrap();
+        assert_eq!(kinds(&[step]), ["Deleted(a)"]);
         assert_eq!(
-            next,
-            State::Watching {
-                resource_version: "40".into()
+            w.request(),
+            Request::Watch {
+                resource_version: "41".into()
             }
         );
     }
 
     #[test]
     fn a_dropped_watch_resumes_without_relisting() {
-        for answer in [Answer::Ended, Answer::Error] {
-            assert_eq!(watching("40").transition(&answer), watching("40").state);
-        }
+        let mut w = Watch::default();
+        w.page(page(&[], None, "12"));
+        w.watched(bookmark("40")).unwrap();
+        // The server closed the stream at its timeout.
+        assert_eq!(kinds(&[w.ended()]), ["Restarted"]);
+        assert_eq!(watching(&w), Some("40"));
+        // The connection broke.
+        let steps = w.stream_failed(Failure::Other("reset".into()));
+        assert_eq!(kinds(&steps), ["Failed", "Restarted"]);
+        assert_eq!(watching(&w), Some("40"));
+        // The watch request itself failed.
+        let steps = w.request_failed(Failure::Other("refused".into()));
+        assert_eq!(kinds(&steps), ["Failed"]);
+        assert_eq!(watching(&w), Some("40"));
+        // An error event that is not 410 drops the stream, not the resume point.
+        let steps = w.watched(error(500)).unwrap_err();
+        assert_eq!(kinds(&steps), ["Failed", "Restarted"]);
+        assert_eq!(watching(&w), Some("40"));
     }
 
     #[test]
     fn only_gone_relists() {
+        for gone in [
+            |w: &mut Watch| w.watched(error(410)).unwrap_err(),
+            |w: &mut Watch| w.stream_failed(Failure::Gone),
+            |w: &mut Watch| w.request_failed(Failure::Gone),
+        ] {
+            let mut w = Watch::default();
+            w.page(page(&[], None, "12"));
+            assert!(
+                gone(&mut w).is_empty(),
+                "no step until the relist's first page"
+            );
+            assert_eq!(
+                w.request(),
+                Request::List {
+                    continue_token: None
+                }
+            );
+            let steps = w.page(page(&["a"], None, "90"));
+            assert_eq!(
+                kinds(&steps),
+                ["ListStarted{relist:true}", "Listed(a)", "ListDone(90)"]
+            );
+        }
+    }
+
+    #[test]
+    fn a_failed_page_is_retried_not_restarted() {
+        let mut w = Watch::default();
+        w.page(page(&["a"], Some("x"), "10"));
+        let steps = w.request_failed(Failure::Other("timeout".into()));
+        assert_eq!(kinds(&steps), ["Failed"]);
         assert_eq!(
-            watching("40").transition(&Answer::Gone),
-            State::Listing {
-                continue_token: None,
-                relist: true
+            w.request(),
+            Request::List {
+                continue_token: Some("x".into())
             }
         );
-        let listing = Watch {
-            state: State::Listing {
-                continue_token: Some("x".into()),
-                relist: false,
-            },
+        // An expired continue token restarts the list; it was announced already.
+        w.request_failed(Failure::Gone);
+        let steps = w.page(page(&["a"], None, "20"));
+        assert_eq!(kinds(&steps), ["Listed(a)", "ListDone(20)"]);
+    }
+
+    #[test]
+    fn retry_delays_grow_and_reset_after_progress() {
+        let mut w = Watch::default();
+        let delay = |steps: Vec<Step>| match steps.as_slice() {
+            [Step::Failed { retry_in, .. }] => *retry_in,
+            other => panic!("{:?}", kinds(other)),
         };
+        let first = delay(w.request_failed(Failure::Other("x".into())));
+        let mut later = first;
+        for _ in 0..6 {
+            later = delay(w.request_failed(Failure::Other("x".into())));
+        }
+        assert!(later > first, "{later:?} after {first:?}");
+        w.page(page(&[], None, "5"));
+        let after_progress = delay(w.request_failed(Failure::Other("x".into())));
+        assert!(after_progress < later, "{after_progress:?} vs {later:?}");
         assert_eq!(
-            listing.transition(&Answer::Error),
-            listing.state,
-            "a failed page is retried, not restarted"
+            Failure::of(&kube::Error::Api(
+                Status::failure("gone", "Expired").with_code(410).boxed()
+            )),
+            Failure::Gone
         );
     }
 }

@@ -11,9 +11,9 @@
 //!   never sooner than the server's Retry-After; other 4xx → logged with the object, counted in
 //!   `dropped_total{reason="rejected"}`, not retried.
 
-use crate::engine::{Intent, WriteKind};
-use crate::mapping::to_event;
+use crate::intent::{Intent, WriteKind};
 use crate::metrics::Metrics;
+use crate::object::{self, to_event};
 use futures::stream::{FuturesUnordered, StreamExt};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use k8s_openapi::api::events::v1::Event;
@@ -111,7 +111,7 @@ fn first_verb(kind: WriteKind) -> Verb {
 }
 
 /// What one request answered.
-struct Answer {
+struct Outcome {
     key: ObjectKey,
     seq: u64,
     verb: Verb,
@@ -151,17 +151,12 @@ impl Writer {
         }
     }
 
-    /// Writes pending for the writer (tests and shutdown logs).
-    pub fn pending(&self) -> usize {
-        self.pending.len()
-    }
-
     fn enqueue(&mut self, intent: Intent) {
         self.seq += 1;
         let s = &intent.series;
         let key = (
-            crate::mapping::namespace(&s.namespace, &s.key.view().regarding).to_owned(),
-            s.name.clone(),
+            object::namespace(&s.namespace, &s.key.view().regarding).to_owned(),
+            object::name_of(s),
         );
         let verb = first_verb(intent.kind);
         match self.pending.get_mut(&key) {
@@ -189,7 +184,7 @@ impl Writer {
         }
     }
 
-    fn write(&self, key: &ObjectKey, p: &Pending) -> impl Future<Output = Answer> + use<> {
+    fn write(&self, key: &ObjectKey, p: &Pending) -> impl Future<Output = Outcome> + use<> {
         let api: Api<Event> = Api::namespaced(self.client.clone(), &key.0);
         let object = to_event(&p.intent.series);
         let (limiter, verb, seq, key) = (self.limiter.clone(), p.verb, p.seq, key.clone());
@@ -219,7 +214,7 @@ impl Writer {
                 ),
                 Err(e) => (0, None, e.to_string()),
             };
-            Answer {
+            Outcome {
                 key,
                 seq,
                 verb,
@@ -232,7 +227,7 @@ impl Writer {
 
     /// A burst (every series created at once after a restart or a storm) grows `pending` to its size;
     /// a hash map keeps that capacity forever, so it is given back once the burst has been written.
-    fn forget(&mut self, key: &ObjectKey) {
+    fn settle(&mut self, key: &ObjectKey) {
         self.pending.remove(key);
         let (len, capacity) = (self.pending.len(), self.pending.capacity());
         if capacity > 1024 && len * 4 < capacity {
@@ -245,7 +240,7 @@ impl Writer {
         }
     }
 
-    fn complete(&mut self, a: Answer) {
+    fn complete(&mut self, a: Outcome) {
         self.metrics.request(a.verb.as_str(), a.code);
         let Some(p) = self.pending.get_mut(&a.key) else {
             return;
@@ -254,7 +249,7 @@ impl Writer {
         match next(a.verb, a.code, a.retry_after, &a.message) {
             Next::Done => {
                 if p.seq == a.seq {
-                    self.forget(&a.key);
+                    self.settle(&a.key);
                 } else {
                     // A newer state arrived meanwhile: the object exists now, update it.
                     p.verb = Verb::Patch;
@@ -271,7 +266,7 @@ impl Writer {
                 tracing::error!(namespace = %a.key.0, name = %a.key.1, verb = a.verb.as_str(),
                     object = ?to_event(&p.intent.series), error = %why, "series write rejected");
                 self.metrics.dropped("rejected", 1);
-                self.forget(&a.key);
+                self.settle(&a.key);
             }
         }
     }

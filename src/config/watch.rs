@@ -1,37 +1,38 @@
-//! The policy shell: keeps the EventSeriesPolicies and the namespace labels the operator applies, from
-//! two kube-runtime watchers, and writes each policy's status.
+//! Keeps the EventSeriesPolicies and the namespace labels the operator applies live, from two
+//! kube-runtime watchers, and hands each policy's status to the [`StatusWriter`].
 //!
-//! [`PolicyState`] folds watcher events into plain maps and says what changed; the controller hands the
-//! result to the engine ([`crate::engine::Engine::set_policies`], `set_namespace_labels`). Status
-//! writes go through [`StatusWriter`], which coalesces per policy and retries with backoff, so that a
+//! [`PolicyState`] folds watcher events into plain maps and says what changed (pure, unit-tested);
+//! [`PolicyWatch`] is the shell around it that the controller polls for [`Update`]s to hand to the
+//! engine. Status writes go through the [`StatusWriter`], which coalesces and retries on its own, so a
 //! slow or throttled API never delays the raw-event watch.
 
-use crate::policy::{self, EventSeriesPolicy, EventSeriesPolicyStatus, Resolved};
-use crate::settings::Settings;
-use futures::Stream;
+use super::crd::{EventSeriesPolicy, EventSeriesPolicyStatus};
+use super::resolve::{self, Resolved};
+use super::settings::{PolicySet, Settings};
+use super::status::{self, StatusWriter};
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Client, ResourceExt};
 use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
-use tokio::time::Instant;
+use tokio::sync::mpsc::UnboundedSender;
 
 pub type Labels = BTreeMap<String, String>;
 
 /// The stream of policy changes (all policies: they are cluster-scoped).
-pub fn policy_events(
+fn policy_events(
     client: &Client,
 ) -> impl Stream<Item = Result<Event<EventSeriesPolicy>, watcher::Error>> + Send + use<> {
     watcher(Api::all(client.clone()), watcher::Config::default()).default_backoff()
 }
 
 /// The stream of namespace label changes; one namespace only when the operator is scoped to it.
-pub fn namespace_events(
+fn namespace_events(
     client: &Client,
     only: Option<&str>,
 ) -> impl Stream<Item = Result<Event<PartialObjectMeta<Namespace>>, watcher::Error>> + Send + use<>
@@ -48,8 +49,165 @@ pub fn namespace_events(
 }
 
 /// True when a watcher error means the CRD is not installed: policies are then simply absent.
-pub fn crd_missing(e: &watcher::Error) -> bool {
+fn crd_missing(e: &watcher::Error) -> bool {
     matches!(e, watcher::Error::InitialListFailed(kube::Error::Api(s)) if s.code == 404)
+}
+
+/// What the engine must apply after a watcher event.
+#[derive(Debug)]
+pub enum Update {
+    /// The policies changed: the engine applies this set.
+    Policies(PolicySet),
+    /// These namespaces' labels changed (or they appeared).
+    Namespaces(Vec<(String, Labels)>),
+    /// Nothing the engine needs to know.
+    Nothing,
+}
+
+type PolicyStream = BoxStream<'static, Result<Event<EventSeriesPolicy>, watcher::Error>>;
+type NamespaceStream =
+    BoxStream<'static, Result<Event<PartialObjectMeta<Namespace>>, watcher::Error>>;
+
+/// The live policies and namespace labels, and the status writes that report them.
+pub struct PolicyWatch {
+    state: PolicyState,
+    policies: PolicyStream,
+    namespaces: NamespaceStream,
+    resolved: Resolved,
+    /// `None` when the operator is scoped to one namespace: policies are cluster-scoped, so only an
+    /// operator that sees every namespace can say how many a policy governs, and several scoped
+    /// operators must not fight over the status.
+    statuses: Option<UnboundedSender<(String, EventSeriesPolicyStatus)>>,
+}
+
+impl PolicyWatch {
+    /// Starts both watchers and waits until both have listed, so that restored and replayed series
+    /// land in the right policy from the start. Statuses are written only when `namespace` is `None`.
+    pub async fn start(
+        client: &Client,
+        defaults: Settings,
+        namespace: Option<&str>,
+    ) -> anyhow::Result<PolicyWatch> {
+        let state = PolicyState::new(defaults);
+        let resolved = state.resolve();
+        let statuses = match namespace {
+            None => Some(StatusWriter::spawn(client.clone())),
+            Some(ns) => {
+                tracing::info!(namespace = %ns, "scoped to one namespace: policy statuses are not written");
+                None
+            }
+        };
+        let mut watch = PolicyWatch {
+            state,
+            policies: policy_events(client).boxed(),
+            namespaces: namespace_events(client, namespace).boxed(),
+            resolved,
+            statuses,
+        };
+        while !(watch.state.policies_listed && watch.state.namespaces_listed) {
+            tokio::select! {
+                ev = watch.policies.next() => { watch.on_policy(ev)?; }
+                ev = watch.namespaces.next() => { watch.on_namespace(ev)?; }
+            }
+        }
+        watch.resolved = watch.state.resolve();
+        log_verdicts(&watch.resolved);
+        watch.publish_statuses();
+        Ok(watch)
+    }
+
+    /// The policies as last resolved.
+    pub fn set(&self) -> &PolicySet {
+        &self.resolved.set
+    }
+
+    /// Every namespace with its labels.
+    pub fn namespaces(&self) -> impl Iterator<Item = (&String, &Labels)> {
+        self.state.namespaces()
+    }
+
+    /// Waits for the next watcher event; an error only when a watch ended for good.
+    pub async fn next(&mut self) -> anyhow::Result<Update> {
+        tokio::select! {
+            ev = self.policies.next() => {
+                let changed = self.on_policy(ev)?;
+                let update = if changed.policies {
+                    self.resolved = self.state.resolve();
+                    log_verdicts(&self.resolved);
+                    Update::Policies(self.resolved.set.clone())
+                } else {
+                    Update::Nothing
+                };
+                self.publish_statuses();
+                Ok(update)
+            }
+            ev = self.namespaces.next() => {
+                let changed = self.on_namespace(ev)?;
+                if changed.namespaces.is_empty() && !changed.removed {
+                    return Ok(Update::Nothing);
+                }
+                self.publish_statuses();
+                Ok(Update::Namespaces(changed.namespaces))
+            }
+        }
+    }
+
+    fn on_policy(
+        &mut self,
+        event: Option<Result<Event<EventSeriesPolicy>, watcher::Error>>,
+    ) -> anyhow::Result<Changed> {
+        match event {
+            None => anyhow::bail!("policy watch ended"),
+            Some(Ok(ev)) => Ok(self.state.on_policy(ev)),
+            Some(Err(e)) if crd_missing(&e) => {
+                if !self.state.policies_listed {
+                    tracing::warn!(
+                        "the EventSeriesPolicy CRD is not installed: the defaults apply to \
+                        every namespace until it is"
+                    );
+                    self.state.policies_unavailable();
+                }
+                Ok(Changed::default())
+            }
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "policy watch failed; retrying");
+                Ok(Changed::default())
+            }
+        }
+    }
+
+    fn on_namespace(
+        &mut self,
+        event: Option<Result<Event<PartialObjectMeta<Namespace>>, watcher::Error>>,
+    ) -> anyhow::Result<Changed> {
+        match event {
+            None => anyhow::bail!("namespace watch ended"),
+            Some(Ok(ev)) => Ok(self.state.on_namespace(ev)),
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "namespace watch failed; retrying");
+                Ok(Changed::default())
+            }
+        }
+    }
+
+    /// Hands every status that changed to the status writer, if this operator writes statuses.
+    fn publish_statuses(&mut self) {
+        let Some(tx) = &self.statuses else { return };
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        for update in self.state.status_updates(&self.resolved, now) {
+            // The writer lives as long as the process.
+            let _ = tx.send(update);
+        }
+    }
+}
+
+fn log_verdicts(resolved: &Resolved) {
+    for (name, verdict) in &resolved.verdicts {
+        match verdict {
+            Ok(()) => tracing::info!(policy = %name, "policy applied"),
+            Err(e) => tracing::warn!(policy = %name, error = %e, "policy not applied"),
+        }
+    }
 }
 
 /// Policies and namespace labels as last listed or watched.
@@ -192,7 +350,7 @@ impl PolicyState {
 
     pub fn resolve(&self) -> Resolved {
         let all: Vec<EventSeriesPolicy> = self.policies.values().cloned().collect();
-        policy::resolve(&all, &self.defaults)
+        resolve::resolve(&all, &self.defaults)
     }
 
     /// The statuses that differ from what each policy object shows, or will show once the statuses
@@ -202,7 +360,7 @@ impl PolicyState {
         resolved: &Resolved,
         now: Time,
     ) -> Vec<(String, EventSeriesPolicyStatus)> {
-        let governs = policy::governed(&resolved.set, self.namespaces.values());
+        let governs = resolve::governed(&resolved.set, self.namespaces.values());
         let mut updates = Vec::new();
         for (name, p) in &self.policies {
             let Some(verdict) = resolved.verdicts.get(name) else {
@@ -211,7 +369,7 @@ impl PolicyState {
             let uid = p.metadata.uid.clone().unwrap_or_else(|| name.clone());
             let current = p.status.as_ref();
             let sent = self.sent.get(&uid);
-            let want = policy::status(
+            let want = status::status(
                 p.metadata.generation,
                 verdict,
                 governs.get(name).copied().unwrap_or(0),
@@ -233,88 +391,10 @@ impl PolicyState {
     }
 }
 
-/// Writes policy statuses in the background: the latest status per policy wins, failures are retried
-/// with backoff, a deleted policy is forgotten.
-pub struct StatusWriter {
-    api: Api<EventSeriesPolicy>,
-    pending: HashMap<String, (EventSeriesPolicyStatus, Instant)>,
-    delays: HashMap<String, backon::ExponentialBackoff>,
-}
-
-impl StatusWriter {
-    pub fn spawn(client: Client) -> UnboundedSender<(String, EventSeriesPolicyStatus)> {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let writer = StatusWriter {
-            api: Api::all(client),
-            pending: HashMap::new(),
-            delays: HashMap::new(),
-        };
-        tokio::spawn(writer.run(rx));
-        tx
-    }
-
-    async fn run(mut self, mut rx: UnboundedReceiver<(String, EventSeriesPolicyStatus)>) {
-        loop {
-            let next_due = self.pending.values().map(|(_, at)| *at).min();
-            tokio::select! {
-                update = rx.recv() => match update {
-                    Some((name, status)) => {
-                        self.pending.insert(name, (status, Instant::now()));
-                    }
-                    None => return,
-                },
-                _ = tokio::time::sleep_until(next_due.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600))), if next_due.is_some() => {
-                    self.write_due().await;
-                }
-            }
-        }
-    }
-
-    async fn write_due(&mut self) {
-        let now = Instant::now();
-        let due: Vec<String> = self
-            .pending
-            .iter()
-            .filter(|(_, (_, at))| *at <= now)
-            .map(|(name, _)| name.clone())
-            .collect();
-        for name in due {
-            let Some((status, _)) = self.pending.remove(&name) else {
-                continue;
-            };
-            let patch = Patch::Merge(serde_json::json!({ "status": status }));
-            match self
-                .api
-                .patch_status(&name, &PatchParams::default(), &patch)
-                .await
-            {
-                Ok(_) => {
-                    self.delays.remove(&name);
-                    tracing::debug!(policy = %name, "policy status written");
-                }
-                Err(kube::Error::Api(s)) if s.code == 404 => {
-                    self.delays.remove(&name);
-                }
-                Err(e) => {
-                    let delays = self.delays.entry(name.clone()).or_insert_with(|| {
-                        crate::retry::delays(Duration::from_millis(500), Duration::from_secs(60))
-                    });
-                    let retry_in = delays.next().unwrap_or(Duration::from_secs(60));
-                    tracing::warn!(policy = %name, error = %e, ?retry_in, "policy status write failed; retrying");
-                    // A newer status that arrived meanwhile is kept; otherwise retry this one.
-                    self.pending
-                        .entry(name)
-                        .or_insert((status, Instant::now() + retry_in));
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::EventSeriesPolicySpec;
+    use crate::config::crd::EventSeriesPolicySpec;
 
     fn policy(name: &str, generation: i64, finish_after: &str) -> EventSeriesPolicy {
         let mut p = EventSeriesPolicy::new(
@@ -339,7 +419,6 @@ mod tests {
         );
         m
     }
-
     #[test]
     fn a_relist_swaps_in_at_init_done_and_reports_a_change_once() {
         let mut s = PolicyState::new(Settings::default());

@@ -1,9 +1,7 @@
-//! Series → events.k8s.io/v1 Event: the object the writer sends, valid by construction.
-//!
-//! The events API (apiserver `ValidateEventCreate`/`ValidateEventUpdate` for events.k8s.io/v1) rejects
-//! what legacy emitters routinely send. Each rule below maps such a value to one the API accepts; none
-//! drops the event, and every rule is idempotent (mapping a mapped value changes nothing), because a
-//! series rebuilt after a restart is written from its own object and the mapped fields are immutable.
+//! Field rules: each value the events.k8s.io/v1 API would reject (apiserver `ValidateEventCreate` and
+//! `ValidateEventUpdate`) is mapped to one it accepts. None drops the event, and every rule is
+//! idempotent (mapping a mapped value changes nothing), because a series rebuilt after a restart is
+//! written from its own object and the mapped fields are immutable.
 //!
 //! | field | API rule | mapping |
 //! |---|---|---|
@@ -21,47 +19,13 @@
 //!
 //! Cuts happen on a character boundary, so unicode stays valid.
 
-use crate::engine::Snapshot;
-use crate::key::{KeyId, KeyRef, ObjectRef};
-use crate::recovery;
-use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::api::events::v1::{Event, EventSeries};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use k8s_openapi::jiff::Timestamp;
-use std::collections::BTreeMap;
-use xxhash_rust::xxh3::xxh3_64;
-
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-pub const MANAGED_BY: &str = "event-series";
-pub const STATE_LABEL: &str = "eventseries.dev/state";
-/// The series' [`KeyId`]: how raw events find their series object after a restart.
-pub const KEY_LABEL: &str = "eventseries.dev/key";
-/// Highest raw-event resourceVersion fully absorbed when the object was written.
-pub const WATERMARK_ANNOTATION: &str = "eventseries.dev/watermark";
-/// `<raw id>=<count>@<unix µs>,…` for the series' most recently updated raw objects.
-pub const SOURCES_ANNOTATION: &str = "eventseries.dev/sources";
-/// When the object was last written; changes on every heartbeat, so the write refreshes the TTL.
-pub const WRITTEN_AT_ANNOTATION: &str = "eventseries.dev/written-at";
-
-/// The label selector the raw-event watch uses to leave out the operator's own objects.
-pub fn not_managed_selector() -> String {
-    format!("{MANAGED_BY_LABEL}!={MANAGED_BY}")
-}
-
-/// The label selector that lists the operator's own objects.
-pub fn managed_selector() -> String {
-    format!("{MANAGED_BY_LABEL}={MANAGED_BY}")
-}
-
-const LENGTH_LIMIT: usize = 128;
+pub(crate) const LENGTH_LIMIT: usize = 128;
 const NOTE_LIMIT: usize = 1024;
-const NAME_PREFIX_LIMIT: usize = 200;
 const QUALIFIED_NAME_LIMIT: usize = 63;
 const DNS_SUBDOMAIN_LIMIT: usize = 253;
 
 /// Longest prefix of `s` of at most `max` bytes that ends on a character boundary.
-fn cut(s: &str, max: usize) -> &str {
+pub(crate) fn cut(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
     }
@@ -72,13 +36,13 @@ fn cut(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
-fn or_else<'a>(s: &'a str, fallback: &'a str) -> &'a str {
+pub(crate) fn or_else<'a>(s: &'a str, fallback: &'a str) -> &'a str {
     if s.is_empty() { fallback } else { s }
 }
 
 /// Lower-cases and replaces anything outside `[a-z0-9.-]` with `-`, trims non-alphanumerics from both
 /// ends: a DNS-1123 subdomain (or empty).
-fn dns_subdomain(s: &str, max: usize) -> String {
+pub(crate) fn dns_subdomain(s: &str, max: usize) -> String {
     let mapped: String = s
         .chars()
         .map(|c| match c.to_ascii_lowercase() {
@@ -140,102 +104,12 @@ pub fn event_type(s: &str) -> &'static str {
     }
 }
 
-/// The namespace the series object lives in.
-pub fn namespace<'a>(raw_namespace: &'a str, regarding: &ObjectRef<&str>) -> &'a str {
-    if regarding.namespace.is_empty() && !matches!(raw_namespace, "default" | "kube-system") {
-        "default"
-    } else {
-        raw_namespace
-    }
-}
-
-/// The object name of a series: readable prefix, then a hash of the key and the start second, so that a
-/// repeated create of one series can only ever hit the same name.
-pub fn object_name(key: &KeyRef, id: KeyId, first: DateTime<Utc>) -> String {
-    let mut seed = id.get().to_le_bytes().to_vec();
-    seed.extend_from_slice(&first.timestamp().to_le_bytes());
-    let prefix = or_else_owned(
-        dns_subdomain(key.regarding.name, NAME_PREFIX_LIMIT),
-        "series",
-    );
-    format!("{prefix}.{:016x}", xxh3_64(&seed))
-}
-
-fn or_else_owned(s: String, fallback: &str) -> String {
-    if s.is_empty() { fallback.to_owned() } else { s }
-}
-
-fn object_reference(o: &ObjectRef<&str>) -> ObjectReference {
-    let opt = |s: &str| (!s.is_empty()).then(|| s.to_owned());
-    ObjectReference {
-        api_version: opt(o.api_version),
-        kind: opt(o.kind),
-        namespace: opt(o.namespace),
-        name: opt(o.name),
-        uid: opt(o.uid),
-        field_path: opt(o.field_path),
-        resource_version: None,
-    }
-}
-
-fn micro(t: DateTime<Utc>) -> MicroTime {
-    let ts = Timestamp::new(t.timestamp(), (t.timestamp_subsec_micros() * 1000) as i32)
-        .unwrap_or(Timestamp::UNIX_EPOCH);
-    MicroTime(ts)
-}
-
-/// The events.k8s.io/v1 Event for a snapshot.
-pub fn to_event(s: &Snapshot) -> Event {
-    let key = s.key.view();
-    let controller = reporting_controller(key.reporting_controller);
-    let reason = cut(or_else(key.reason, "Unknown"), LENGTH_LIMIT).to_owned();
-    let action = cut(or_else(key.action, &reason), LENGTH_LIMIT).to_owned();
-    let instance = cut(or_else(key.reporting_instance, &controller), LENGTH_LIMIT).to_owned();
-    let labels = BTreeMap::from([
-        (MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned()),
-        (STATE_LABEL.to_owned(), s.state.as_str().to_owned()),
-        (KEY_LABEL.to_owned(), s.id.to_string()),
-    ]);
-    let annotations = BTreeMap::from([
-        (WATERMARK_ANNOTATION.to_owned(), s.watermark.to_string()),
-        (
-            SOURCES_ANNOTATION.to_owned(),
-            recovery::encode_sources(&s.sources),
-        ),
-        (
-            WRITTEN_AT_ANNOTATION.to_owned(),
-            s.written_at
-                .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
-        ),
-    ]);
-    Event {
-        metadata: ObjectMeta {
-            name: Some(s.name.clone()),
-            namespace: Some(namespace(&s.namespace, &key.regarding).to_owned()),
-            labels: Some(labels),
-            annotations: Some(annotations),
-            ..Default::default()
-        },
-        event_time: Some(micro(s.first)),
-        series: Some(EventSeries {
-            count: i32::try_from(s.count).unwrap_or(i32::MAX).max(2),
-            last_observed_time: micro(s.last.max(s.first)),
-        }),
-        regarding: Some(object_reference(&key.regarding)),
-        related: key.related.as_ref().map(object_reference),
-        action: Some(action),
-        reason: Some(reason),
-        note: Some(note(s.key.note())),
-        type_: Some(event_type(key.type_).to_owned()),
-        reporting_controller: Some(controller),
-        reporting_instance: Some(instance),
-        ..Default::default()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::key::{KeyId, KeyRef, ObjectRef};
+    use crate::object::{namespace, object_name};
+    use chrono::DateTime;
 
     /// The apiserver's `IsQualifiedName`, restated as the spec reads, to check the mapping against.
     fn is_qualified_name(s: &str) -> bool {

@@ -12,7 +12,8 @@
 //! holes add up to more than the live keys the engine rewrites every live key into fresh chunks
 //! ([`KeyStore::compact`]), so the store is never more than about twice its live content.
 
-use crate::key::{PackedKey, SeriesKey, encode};
+use super::SeriesKey;
+use super::packed::{PackedKey, encode};
 
 /// Size of a chunk. A key longer than this gets a chunk of its own.
 pub const CHUNK: usize = 256 * 1024;

@@ -1,5 +1,5 @@
 //! The knobs of an EventSeriesPolicy as plain engine parameters, and how several policies resolve to
-//! the settings of one namespace. Pure data: the CRD types (issue: policy) convert into these.
+//! the settings of one namespace. Pure data: [`super::resolve`] converts the CRD types into these.
 
 use chrono::TimeDelta;
 use std::collections::BTreeMap;
@@ -80,38 +80,6 @@ pub enum SettingsError {
         field: &'static str,
         message: String,
     },
-}
-
-/// Parses a duration such as `90s`, `6m`, `1h` or `1h30m`; at least one second.
-pub fn parse_duration(field: &'static str, value: &str) -> Result<TimeDelta, SettingsError> {
-    let d = humantime::parse_duration(value.trim()).map_err(|e| SettingsError::BadDuration {
-        field,
-        value: value.to_owned(),
-        reason: e.to_string(),
-    })?;
-    if d < std::time::Duration::from_secs(1) {
-        return Err(SettingsError::TooShort {
-            field,
-            value: value.to_owned(),
-        });
-    }
-    // Far beyond any useful setting, and far from where clock arithmetic overflows.
-    if d > std::time::Duration::from_secs(100 * 365 * 24 * 3600) {
-        return Err(SettingsError::TooLong {
-            field,
-            value: value.to_owned(),
-        });
-    }
-    TimeDelta::from_std(d).map_err(|e| SettingsError::BadDuration {
-        field,
-        value: value.to_owned(),
-        reason: e.to_string(),
-    })
-}
-
-/// Formats a duration the way a user writes it (`30m`, `90s`).
-pub fn format_duration(d: TimeDelta) -> String {
-    humantime::format_duration(d.to_std().unwrap_or_default()).to_string()
 }
 
 /// A label selector over namespaces (the subset of `metav1.LabelSelector` semantics that applies).
@@ -235,28 +203,6 @@ mod tests {
         kv.iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
-    }
-
-    #[test]
-    fn durations_parse_and_refuse_sub_second() {
-        assert_eq!(parse_duration("f", "90s").unwrap(), TimeDelta::seconds(90));
-        assert_eq!(parse_duration("f", "6m").unwrap(), TimeDelta::minutes(6));
-        assert_eq!(parse_duration("f", "1h").unwrap(), TimeDelta::hours(1));
-        assert_eq!(
-            parse_duration("f", "1h30m").unwrap(),
-            TimeDelta::minutes(90)
-        );
-        assert!(matches!(
-            parse_duration("f", "500ms"),
-            Err(SettingsError::TooShort { .. })
-        ));
-        assert!(matches!(
-            parse_duration("f", "1000000y"),
-            Err(SettingsError::TooLong { .. })
-        ));
-        let e = parse_duration("spec.finishAfter", "soon").unwrap_err();
-        assert!(e.to_string().starts_with("spec.finishAfter"));
-        assert_eq!(format_duration(TimeDelta::minutes(30)), "30m");
     }
 
     #[test]

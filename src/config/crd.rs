@@ -1,0 +1,217 @@
+//! The EventSeriesPolicy custom resource: its Rust type, from which `event-series crd` and `crds/` are
+//! generated, with the validation the API server enforces.
+//!
+//! Validation happens in the API server, not here: durations carry a pattern and a CEL rule (`at least
+//! 1s`), selector operators are an enum, list sizes are bounded so that the CEL cost estimate stays
+//! small. [`super::resolve`] repeats the checks as a second line for objects stored before a
+//! validation change.
+
+use super::duration::DURATION_PATTERN;
+use super::settings::Settings;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use kube::KubeSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+const AT_LEAST_1S: &str = "duration(self) >= duration('1s')";
+
+/// How event-series turns the raw Events of the namespaces it selects into series. Each namespace is
+/// governed by exactly one policy: a policy with a namespaceSelector wins over one that selects every
+/// namespace, then the name that sorts first; a namespace no policy selects gets the operator's
+/// defaults.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "eventseries.dev",
+    version = "v1alpha1",
+    kind = "EventSeriesPolicy",
+    plural = "eventseriespolicies",
+    shortname = "esp",
+    status = "EventSeriesPolicyStatus",
+    category = "event-series",
+    printcolumn = r#"{"name":"Heartbeat","type":"string","jsonPath":".spec.heartbeatInterval"}"#,
+    printcolumn = r#"{"name":"Finish-After","type":"string","jsonPath":".spec.finishAfter"}"#,
+    printcolumn = r#"{"name":"Window","type":"string","jsonPath":".spec.seriesWindow"}"#,
+    printcolumn = r#"{"name":"Namespaces","type":"integer","jsonPath":".status.namespaces"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct EventSeriesPolicySpec {
+    /// How often an Ongoing series is rewritten (its count, and a refreshed TTL).
+    #[serde(default = "default_heartbeat")]
+    #[schemars(regex(pattern = DURATION_PATTERN), length(max = 32))]
+    #[x_kube(validation = Rule::new(AT_LEAST_1S).message("must be at least 1s"))]
+    pub heartbeat_interval: String,
+    /// Quiet time after which a series is marked Finished.
+    #[serde(default = "default_finish_after")]
+    #[schemars(regex(pattern = DURATION_PATTERN), length(max = 32))]
+    #[x_kube(validation = Rule::new(AT_LEAST_1S).message("must be at least 1s"))]
+    pub finish_after: String,
+    /// Largest gap between two occurrences of one series.
+    #[serde(default = "default_series_window")]
+    #[schemars(regex(pattern = DURATION_PATTERN), length(max = 32))]
+    #[x_kube(validation = Rule::new(AT_LEAST_1S).message("must be at least 1s"))]
+    pub series_window: String,
+    /// Namespaces this policy governs, by their labels; empty or absent selects every namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<NamespaceSelector>,
+    /// Which raw events become series; an empty list matches anything.
+    #[serde(default, rename = "match")]
+    pub match_: EventMatch,
+    #[serde(default)]
+    pub isomorphism: Isomorphism,
+    /// Most series this policy keeps active at once; beyond it the least recently active is finished
+    /// early (written with its count).
+    #[serde(default = "default_max_active_series")]
+    #[schemars(range(min = 1, max = 10_000_000))]
+    pub max_active_series: i64,
+}
+
+fn default_heartbeat() -> String {
+    "30m".into()
+}
+fn default_finish_after() -> String {
+    "6m".into()
+}
+fn default_series_window() -> String {
+    "6m".into()
+}
+fn default_max_active_series() -> i64 {
+    Settings::default().max_active_series as i64
+}
+
+impl Default for EventSeriesPolicySpec {
+    fn default() -> Self {
+        EventSeriesPolicySpec {
+            heartbeat_interval: default_heartbeat(),
+            finish_after: default_finish_after(),
+            series_window: default_series_window(),
+            namespace_selector: None,
+            match_: EventMatch::default(),
+            isomorphism: Isomorphism::default(),
+            max_active_series: default_max_active_series(),
+        }
+    }
+}
+
+/// The subset of `metav1.LabelSelector` that selects namespaces, with bounds and an operator enum so
+/// that the API server refuses a selector that could never be evaluated.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NamespaceSelector {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(length(max = 64))]
+    pub match_labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub match_expressions: Vec<LabelRequirement>,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(
+    "self.operator in ['In', 'NotIn'] ? size(self.values) > 0 : size(self.values) == 0"
+).message("values must be non-empty for In and NotIn, and empty for Exists and DoesNotExist"))]
+pub struct LabelRequirement {
+    #[schemars(length(min = 1, max = 317))]
+    pub key: String,
+    pub operator: SelectorOperator,
+    #[serde(default)]
+    #[schemars(length(max = 64), inner(length(max = 63)))]
+    pub values: Vec<String>,
+}
+
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SelectorOperator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+}
+
+/// Filters on the raw events; every non-empty list must match.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct EventMatch {
+    /// Event types to keep (`Normal`, `Warning`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 2), inner(length(max = 16)))]
+    #[x_kube(validation = Rule::new("self.all(t, t in ['Normal', 'Warning'])")
+        .message("types are Normal or Warning"))]
+    pub types: Vec<String>,
+    /// Reasons to keep.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256), inner(length(max = 128)))]
+    pub reasons: Vec<String>,
+    /// Reasons never turned into series, even if `reasons` lists them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256), inner(length(max = 128)))]
+    pub exclude_reasons: Vec<String>,
+    /// Reporting controllers (or legacy `source.component`) to keep.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256), inner(length(max = 128)))]
+    pub reporting_controllers: Vec<String>,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Isomorphism {
+    /// Make the note (message) part of the series key: events differing only in their message become
+    /// separate series. Applies to keys first seen after the change.
+    #[serde(default)]
+    pub include_note: bool,
+}
+
+/// What the operator applies, as it last saw the policy.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct EventSeriesPolicyStatus {
+    /// The `metadata.generation` the conditions describe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready`: True when the spec is applied, with the reason it is not otherwise.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// Namespaces this policy governs right now (those it selects, less those a policy of higher
+    /// precedence governs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespaces: Option<i64>,
+}
+
+/// The CRD as YAML, for `event-series crd` and `crds/`.
+pub fn crd_yaml() -> Result<String, serde_yaml_ng::Error> {
+    use kube::CustomResourceExt;
+    let mut yaml = serde_yaml_ng::to_string(&EventSeriesPolicy::crd())?;
+    if !yaml.ends_with('\n') {
+        yaml.push('\n');
+    }
+    Ok(yaml)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::CustomResourceExt;
+
+    #[test]
+    fn crd_names_and_scope_follow_the_spec() {
+        let crd = EventSeriesPolicy::crd();
+        assert_eq!(crd.spec.group, "eventseries.dev");
+        assert_eq!(crd.spec.scope, "Cluster");
+        assert_eq!(crd.spec.names.plural, "eventseriespolicies");
+        assert_eq!(crd.spec.names.short_names, Some(vec!["esp".to_string()]));
+        let v = &crd.spec.versions[0];
+        assert_eq!(v.name, "v1alpha1");
+        assert!(v.subresources.as_ref().is_some_and(|s| s.status.is_some()));
+        let yaml = crd_yaml().unwrap();
+        assert!(yaml.contains("duration(self) >= duration('1s')"));
+        assert!(
+            yaml.contains(
+                DURATION_PATTERN
+                    .trim_start_matches('^')
+                    .trim_end_matches('$')
+            )
+        );
+    }
+}

@@ -1,0 +1,140 @@
+//! One duration syntax for flags and CRD fields: the Kubernetes form (`metav1.Duration`, Go's
+//! `time.ParseDuration` without sign or fraction), such as `90s`, `6m` or `1h30m`.
+//!
+//! kube-core's `Duration` parses it. That parser panics when a value overflows, so a value is first
+//! checked against the CRD's own pattern with every number at most [`MAX_DIGITS`] digits, which keeps
+//! the total far inside its range; the result must then lie between 1 s and 100 years, far from where
+//! clock arithmetic overflows.
+
+use super::settings::SettingsError;
+use chrono::TimeDelta;
+use std::time::Duration;
+
+/// The pattern the CRD enforces on every duration field; the same one [`parse`] applies to flags.
+pub const DURATION_PATTERN: &str = r"^([0-9]+(ns|us|µs|ms|s|m|h))+$";
+
+/// Most digits in one number of a duration.
+pub const MAX_DIGITS: usize = 9;
+
+const MIN: Duration = Duration::from_secs(1);
+const MAX: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+const UNITS: [&str; 7] = ["ns", "us", "µs", "ms", "s", "m", "h"];
+
+/// Parses a duration for `field` (a flag or a CRD field path, named in the error).
+pub fn parse(field: &'static str, value: &str) -> Result<TimeDelta, SettingsError> {
+    let text = value.trim();
+    let bad = |reason: &str| SettingsError::BadDuration {
+        field,
+        value: value.to_owned(),
+        reason: reason.to_owned(),
+    };
+    check_syntax(text).map_err(bad)?;
+    let d: kube::core::Duration = text.parse().map_err(|e| bad(&format!("{e}")))?;
+    let d = Duration::from(d);
+    if d < MIN {
+        return Err(SettingsError::TooShort {
+            field,
+            value: value.to_owned(),
+        });
+    }
+    if d > MAX {
+        return Err(SettingsError::TooLong {
+            field,
+            value: value.to_owned(),
+        });
+    }
+    TimeDelta::from_std(d).map_err(|e| bad(&e.to_string()))
+}
+
+/// `DURATION_PATTERN`, with numbers of at most [`MAX_DIGITS`] digits.
+fn check_syntax(mut s: &str) -> Result<(), &'static str> {
+    if s.is_empty() {
+        return Err("empty");
+    }
+    while !s.is_empty() {
+        let digits = s.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return Err("expected a number, as in 90s, 6m or 1h30m");
+        }
+        if digits > MAX_DIGITS {
+            return Err("a number has more than 9 digits");
+        }
+        s = &s[digits..];
+        // The longest unit that matches, so that `ms` is not read as `m` then `s`.
+        let unit = UNITS
+            .iter()
+            .filter(|u| s.starts_with(**u))
+            .max_by_key(|u| u.len())
+            .ok_or("expected a unit: ns, us, ms, s, m or h")?;
+        s = &s[unit.len()..];
+    }
+    Ok(())
+}
+
+/// Formats a duration the way a user writes it: `30m`, `1h30m`, `90s` as `1m30s`.
+pub fn format(d: TimeDelta) -> String {
+    let total = d.num_seconds().max(0);
+    let (h, m, s) = (total / 3600, total / 60 % 60, total % 60);
+    let mut out = String::new();
+    for (n, unit) in [(h, "h"), (m, "m"), (s, "s")] {
+        if n > 0 {
+            out.push_str(&format!("{n}{unit}"));
+        }
+    }
+    if out.is_empty() {
+        out.push_str("0s");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_and_refuse_sub_second() {
+        assert_eq!(parse("f", "90s").unwrap(), TimeDelta::seconds(90));
+        assert_eq!(parse("f", "6m").unwrap(), TimeDelta::minutes(6));
+        assert_eq!(parse("f", "1h").unwrap(), TimeDelta::hours(1));
+        assert_eq!(parse("f", "1h30m").unwrap(), TimeDelta::minutes(90));
+        assert!(matches!(
+            parse("f", "500ms"),
+            Err(SettingsError::TooShort { .. })
+        ));
+        assert!(matches!(
+            parse("f", "1000000h"),
+            Err(SettingsError::TooLong { .. })
+        ));
+        let e = parse("spec.finishAfter", "soon").unwrap_err();
+        assert!(e.to_string().starts_with("spec.finishAfter"));
+        assert_eq!(format(TimeDelta::minutes(30)), "30m");
+        assert_eq!(format(TimeDelta::seconds(5400)), "1h30m");
+    }
+
+    #[test]
+    fn values_that_would_overflow_are_refused_not_a_panic() {
+        for v in [
+            "999999999999h",
+            "99999999999999999999999999h",
+            "18446744073709551616s",
+            "999999999h999999999h999999999h999999999h",
+        ] {
+            assert!(parse("spec.heartbeatInterval", v).is_err(), "{v}");
+        }
+    }
+
+    #[test]
+    fn only_the_kubernetes_form_is_accepted() {
+        assert_eq!(parse("f", "1m30s").unwrap(), TimeDelta::seconds(90));
+        assert_eq!(parse("f", "1500ms").unwrap(), TimeDelta::milliseconds(1500));
+        assert_eq!(parse("f", "2000000µs").unwrap(), TimeDelta::seconds(2));
+        for v in [
+            "", "1", "h", "-1h", "1.5h", "1 h", "2 days", "1y", "1d", "6M", "µ",
+        ] {
+            assert!(
+                matches!(parse("f", v), Err(SettingsError::BadDuration { .. })),
+                "{v:?}"
+            );
+        }
+    }
+}

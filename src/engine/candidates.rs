@@ -1,0 +1,154 @@
+//! Keys not (yet) in a series: a candidate holds the occurrences of a key seen once within its
+//! window; a dormant key remembers, without counts, the raw objects already counted for a key whose
+//! occurrences were all alone.
+//!
+//! Both are bounded per slot by `Settings::max_candidates`: the least recently seen goes first, a
+//! candidate into the dormant table (its occurrences counted as lone), a dormant key out entirely.
+
+use super::counting::Placement;
+use super::storage::{Dormant, Slot, Sources, Tally, record};
+use super::{Engine, Landing, Stats};
+use crate::config::SlotIdx;
+use crate::key::store::KeyStore;
+use crate::key::{KeyId, Observation};
+use chrono::{DateTime, TimeDelta, Utc};
+
+impl Engine {
+    /// Adds placed occurrences to the key's candidate, making one if needed; returns the candidate's
+    /// count (two or more: it becomes a series).
+    pub(super) fn add_to_candidate(
+        &mut self,
+        at: &Landing,
+        obs: &Observation,
+        p: &Placement,
+    ) -> u64 {
+        let (id, t, window) = (at.id, at.t, at.window);
+        let max = self.policies.settings(at.slot).max_candidates();
+        let slot = &mut self.slots[at.slot];
+        match slot.candidates.get(&id) {
+            Some(c)
+                if t <= c.last.saturating_add(window) && t >= c.first.saturating_sub(window) =>
+            {
+                c.first = c.first.min(p.first);
+                c.add(obs.raw, obs.count, p.count, t);
+                c.count
+            }
+            Some(c) => {
+                // A new run of a key whose earlier occurrences were alone; the sources stay.
+                self.stats.lone += c.count;
+                c.count = 0;
+                c.first = p.first;
+                c.last = t;
+                c.add(obs.raw, obs.count, p.count, t);
+                c.count
+            }
+            None => {
+                let sources = slot
+                    .dormant
+                    .remove(&id)
+                    .map(|d| d.sources)
+                    .unwrap_or_default();
+                if slot.candidates.len() >= max {
+                    evict_oldest_candidate(slot, &mut self.keys, &mut self.stats, max);
+                }
+                let mut tally = Tally {
+                    key: self.keys.insert(&obs.key, obs.note),
+                    ns: at.ns,
+                    count: 0,
+                    first: p.first,
+                    last: t,
+                    sources,
+                };
+                tally.add(obs.raw, obs.count, p.count, t);
+                let count = tally.count;
+                slot.candidates.insert(id, tally);
+                count
+            }
+        }
+    }
+
+    /// Records a raw object's count on its key without counting anything (a stale observation), so
+    /// that a series the key forms later lists it among its sources.
+    pub(super) fn remember(&mut self, at: &Landing, obs: &Observation) {
+        let (id, ns, t) = (at.id, at.ns, at.t);
+        let max = self.policies.settings(at.slot).max_candidates();
+        let slot = &mut self.slots[at.slot];
+        if let Some(c) = slot.candidates.peek_mut(&id) {
+            record(&mut c.sources, obs.raw, obs.count, t);
+            return;
+        }
+        if slot.dormant.peek(&id).is_none() && slot.dormant.len() >= max {
+            slot.dormant.pop_oldest();
+        }
+        let Some(d) = slot.dormant.get_or_insert(id, || Dormant {
+            ns,
+            last: t,
+            sources: Sources::new(),
+        }) else {
+            return;
+        };
+        d.last = d.last.max(t);
+        record(&mut d.sources, obs.raw, obs.count, t);
+    }
+
+    /// Candidates whose window has passed with no second occurrence become dormant; their
+    /// occurrences were lone.
+    pub(super) fn expire_candidates(&mut self, now: DateTime<Utc>) {
+        for (idx, slot) in self.slots.iter_mut().enumerate() {
+            let settings = self.policies.settings(idx);
+            let (window, max) = (settings.series_window, settings.max_candidates());
+            while let Some((_, c)) = slot.candidates.peek_oldest() {
+                if beyond(c.last(), window) > now {
+                    break;
+                }
+                if let Some((id, c)) = slot.candidates.pop_oldest() {
+                    self.stats.lone += c.count;
+                    make_dormant(slot, &mut self.keys, id, c, max);
+                }
+            }
+        }
+    }
+
+    /// Brings a slot's candidates and dormant keys within its bound (after a policy change lowered
+    /// it), the least recently seen first, each counted like any eviction.
+    pub(super) fn bound_candidates(&mut self, slot_idx: SlotIdx) {
+        let max = self.policies.settings(slot_idx).max_candidates();
+        let slot = &mut self.slots[slot_idx];
+        while slot.candidates.len() > max {
+            evict_oldest_candidate(slot, &mut self.keys, &mut self.stats, max);
+        }
+        while slot.dormant.len() > max {
+            slot.dormant.pop_oldest();
+        }
+    }
+}
+
+/// The least recently seen candidate becomes dormant; its occurrences count as lone.
+fn evict_oldest_candidate(slot: &mut Slot, keys: &mut KeyStore, stats: &mut Stats, max: usize) {
+    if let Some((old, evicted)) = slot.candidates.pop_oldest() {
+        stats.lone += evicted.count;
+        stats.candidates_evicted += 1;
+        make_dormant(slot, keys, old, evicted, max);
+    }
+}
+
+fn make_dormant(slot: &mut Slot, keys: &mut KeyStore, id: KeyId, c: Tally, max: usize) {
+    keys.remove(c.key);
+    if slot.dormant.len() >= max {
+        slot.dormant.pop_oldest();
+    }
+    slot.dormant.insert(
+        id,
+        Dormant {
+            ns: c.ns,
+            last: c.last,
+            sources: c.sources,
+        },
+    );
+}
+
+/// The first instant at which a gap after `last` is longer than `window` (a gap of exactly `window`
+/// still belongs to the series, SPEC "no gap longer than seriesWindow").
+pub(super) fn beyond(last: DateTime<Utc>, window: TimeDelta) -> DateTime<Utc> {
+    last + window + TimeDelta::microseconds(1)
+}

@@ -1,0 +1,339 @@
+//! The series engine: a pure state machine. Occurrences and clock ticks in, write intents out.
+//!
+//! No I/O and no clock of its own: every input carries `now`. That is what lets a test run a 24-hour
+//! crash loop in milliseconds, and what makes a restart reproducible from what the API server holds.
+//!
+//! # States of a key
+//!
+//! ```text
+//!            1st occurrence              2nd within seriesWindow
+//!  (absent) ───────────────▶ Candidate ──────────────────────────▶ Series (Ongoing) ◀─┐ occurrences:
+//!     ▲                       │      ▲                                │ │  │          └ no write
+//!     │     seriesWindow      │      │ next occurrence                │ │  └ heartbeatInterval:
+//!     │     passes (lone)     ▼      │                                │ │    Heartbeat
+//!     └──── retention ───── Dormant ─┘                                │ └ a gap > seriesWindow: Finish,
+//!           passes                                                    │   the occurrence is a Candidate
+//!     ▲                                                               │ finishAfter quiet, or evicted
+//!     └───────────────────────────────────────────────────────────────┘ by maxActiveSeries: Finish
+//! ```
+//!
+//! Intents: `Create` when a series starts, `Heartbeat` every `heartbeatInterval` (the first one spread by
+//! a per-key offset of up to a quarter interval, so series created together do not heartbeat together),
+//! `Finish` once at the end (state Finished). Occurrences between writes cost no intent at all. A
+//! Dormant key holds no count, only which raw objects were already counted (see `restore`).
+//!
+//! # Where each part lives
+//!
+//! | concern | module |
+//! |---|---|
+//! | deltas per raw object, lone occurrences | `counting` |
+//! | candidates and dormant keys | `candidates` |
+//! | Ongoing, heartbeat, Finished; [`Engine::tick`] | `lifecycle` |
+//! | rebuild from stored series objects | `restore` |
+//! | wake-ups | `timers` |
+//! | tables, records, namespaces; [`Engine::housekeep`] | `storage` |
+//!
+//! # Bounds
+//!
+//! Per governing policy: at most `maxActiveSeries` series (a new series beyond it finishes the least
+//! recently active one early: it is written Finished with its count, nothing is lost), and
+//! `Settings::max_candidates` candidates and as many dormant keys (the least recently seen is
+//! dropped; a dropped candidate's occurrences count in `Stats::lone`). The raw-count table holds at most
+//! [`EngineConfig::raw_capacity`] objects (least recently updated evicted; an evicted object seen again
+//! counts as new). Every eviction is counted in [`Stats`].
+
+mod candidates;
+mod counting;
+mod lifecycle;
+mod restore;
+mod storage;
+mod timers;
+
+use crate::config::{PolicySet, Settings, SlotIdx};
+use crate::intent::{Intent, SeriesState, Snapshot};
+use crate::key::store::KeyStore;
+use crate::key::{KeyId, Observation, RawId};
+use chrono::{DateTime, TimeDelta, Utc};
+use counting::RawCounts;
+use restore::Recovery;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use storage::{Micros, Namespaces, Slot, micros};
+use timers::Timers;
+
+/// Where one observation lands: its key, the slot and namespace that govern it, when its latest
+/// occurrence happened, and the governing `seriesWindow`, all as the engine stores them.
+#[derive(Clone, Copy, Debug)]
+struct Landing {
+    id: KeyId,
+    slot: SlotIdx,
+    ns: u32,
+    t: Micros,
+    window: Micros,
+}
+
+/// Engine-wide limits that are not policy knobs.
+#[derive(Clone, Copy, Debug)]
+pub struct EngineConfig {
+    /// Raw event objects whose last count is remembered for delta counting. Raw events expire with the
+    /// API server's event TTL (1h by default) and are forgotten on delete, so this only needs to exceed
+    /// the number of raw events the cluster holds at once.
+    pub raw_capacity: usize,
+    /// How long a key whose occurrences were all alone is remembered (without any count), so that a
+    /// series it later forms records which raw objects were already counted. About the event TTL.
+    pub dormant_retention: TimeDelta,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            raw_capacity: 262_144,
+            dormant_retention: TimeDelta::hours(1),
+        }
+    }
+}
+
+/// Counters the metrics module exports. Occurrences are counted once, in `occurrences`, and then end
+/// up in exactly one of: a series, `lone`, `dropped_filtered`, `dropped_stale`, or a pending candidate.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub occurrences: u64,
+    pub series_started: u64,
+    pub series_finished: u64,
+    /// Series finished early because `maxActiveSeries` was reached (also in `series_finished`).
+    pub series_evicted: u64,
+    /// Occurrences in candidates that never became a series (expired or evicted).
+    pub lone: u64,
+    pub candidates_evicted: u64,
+    /// Raw objects forgotten because the raw-count table was full.
+    pub raw_evicted: u64,
+    pub dropped_filtered: u64,
+    pub dropped_stale: u64,
+}
+
+pub struct Engine {
+    config: EngineConfig,
+    policies: PolicySet,
+    namespaces: Namespaces,
+    /// One per slot of `policies`.
+    slots: Vec<Slot>,
+    raw: RawCounts,
+    keys: KeyStore,
+    timers: Timers,
+    /// Object names of restored series that differ from the derived one (written by another
+    /// version), by key and start: one key may have several series objects.
+    stored_names: HashMap<(KeyId, Micros), Arc<str>>,
+    watermark: u64,
+    pending_watermark: u64,
+    /// `Some` between `begin_recovery` and `end_recovery`.
+    recovery: Option<Recovery>,
+    intents: Vec<Intent>,
+    stats: Stats,
+}
+
+impl Engine {
+    pub fn new(policies: PolicySet, config: EngineConfig) -> Engine {
+        Engine {
+            config,
+            slots: (0..policies.slots()).map(|_| Slot::new()).collect(),
+            policies,
+            namespaces: Namespaces::default(),
+            raw: RawCounts::new(config.raw_capacity),
+            keys: KeyStore::new(),
+            timers: Timers::default(),
+            stored_names: HashMap::new(),
+            watermark: 0,
+            pending_watermark: 0,
+            recovery: None,
+            intents: Vec::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    /// An engine with one set of settings for every namespace.
+    pub fn with_settings(settings: Settings) -> Engine {
+        Engine::new(PolicySet::uniform(settings), EngineConfig::default())
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    pub fn active_series(&self) -> usize {
+        self.slots.iter().map(|s| s.series.len()).sum()
+    }
+
+    /// Keys seen within their window that may still become a series.
+    pub fn candidates(&self) -> usize {
+        self.slots.iter().map(|s| s.candidates.len()).sum()
+    }
+
+    /// Occurrences held by candidates that may still become a series.
+    pub fn pending_occurrences(&self) -> u64 {
+        self.slots
+            .iter()
+            .flat_map(|s| s.candidates.iter())
+            .map(|(_, c)| c.count)
+            .sum()
+    }
+
+    /// The intents made since the last call, oldest first.
+    pub fn take_intents(&mut self) -> Vec<Intent> {
+        std::mem::take(&mut self.intents)
+    }
+
+    /// Snapshots of all active series (for inspection and tests; allocates).
+    pub fn active(&self, now: DateTime<Utc>) -> Vec<Snapshot> {
+        self.slots
+            .iter()
+            .flat_map(|s| s.series.iter())
+            .map(|(id, s)| self.snapshot(*id, s, SeriesState::Ongoing, now))
+            .collect()
+    }
+
+    /// Feeds one observation of a raw event object.
+    pub fn observe(&mut self, now: DateTime<Utc>, obs: &Observation) {
+        if let Some(rv) = obs.resource_version {
+            self.pending_watermark = self.pending_watermark.max(rv);
+        }
+        let (ns, slot_idx) = self.namespace(obs.namespace);
+        let settings = self.policies.settings(slot_idx).clone();
+        let id = obs.key.id(settings.include_note.then_some(obs.note));
+        let recovery = self.recovery.as_ref();
+        let d = self.raw.delta(
+            obs,
+            || recovery.map_or((0, None), |r| r.baseline(id, obs)),
+            &mut self.stats,
+        );
+        if d.added == 0 {
+            return;
+        }
+        self.stats.occurrences += d.added;
+        let k = &obs.key;
+        if !settings
+            .filter
+            .matches(k.type_, k.reason, k.reporting_controller)
+        {
+            self.stats.dropped_filtered += d.added;
+            return;
+        }
+        // Compared as microseconds: this is the path of every occurrence.
+        let at = Landing {
+            id,
+            slot: slot_idx,
+            ns,
+            t: micros(obs.last.min(now)),
+            window: settings
+                .series_window
+                .num_microseconds()
+                .unwrap_or(i64::MAX),
+        };
+        if self.extend_series(now, &at, obs, d.added) {
+            return;
+        }
+        if at.t < micros(now).saturating_sub(at.window) {
+            self.stats.dropped_stale += d.added;
+            self.remember(&at, obs);
+            return;
+        }
+        let placed = counting::place(&d, micros(obs.first), at.t, at.window);
+        self.stats.lone += placed.lone;
+        if self.add_to_candidate(&at, obs, &placed) >= 2 {
+            self.promote(now, slot_idx, id, &settings);
+        }
+    }
+
+    /// Records that every raw event up to resourceVersion `rv` has been observed (a watch event or a
+    /// bookmark in the watch phase, or the end of a list). Writes made after this carry it as their
+    /// watermark. Must not be called in the middle of a list, whose items arrive out of order.
+    pub fn checkpoint(&mut self, rv: u64) {
+        self.pending_watermark = self.pending_watermark.max(rv);
+        self.watermark = self.pending_watermark;
+    }
+
+    /// Marks the start of a full relist (after 410 Gone): raw objects not seen again before
+    /// [`Engine::end_relist`] were deleted in the meantime and are forgotten.
+    pub fn begin_relist(&mut self) {
+        self.raw.begin_relist();
+    }
+
+    pub fn end_relist(&mut self) {
+        self.raw.end_relist();
+        self.checkpoint(self.pending_watermark);
+    }
+
+    /// A raw event object was deleted (TTL expiry): its count no longer needs remembering.
+    pub fn forget_raw(&mut self, raw: RawId) {
+        self.raw.forget(raw);
+    }
+
+    /// Replaces the policies. Applies live: every series and candidate moves to the slot its namespace
+    /// now resolves to, with that slot's settings from the next tick on. Series beyond a lower
+    /// `maxActiveSeries` are finished early, candidates beyond a lower bound evicted. A change of
+    /// `includeNote` applies to keys seen after it.
+    pub fn set_policies(&mut self, now: DateTime<Utc>, policies: PolicySet) {
+        self.policies = policies;
+        self.rebuild(now);
+    }
+
+    /// Records a namespace's labels (for `namespaceSelector`) and moves its series if its policy
+    /// changes.
+    pub fn set_namespace_labels(
+        &mut self,
+        now: DateTime<Utc>,
+        ns: &str,
+        labels: BTreeMap<String, String>,
+    ) {
+        let slot = self.policies.resolve(&labels);
+        let moved = match self.namespaces.find(ns) {
+            Some((i, _)) => self.namespaces.relabel(i, labels, slot),
+            None => {
+                self.namespaces.add(ns, labels, slot);
+                false
+            }
+        };
+        if moved {
+            self.rebuild(now);
+        }
+    }
+
+    /// The namespace's index and governing slot; a namespace not seen before has no labels yet.
+    fn namespace(&mut self, ns: &str) -> (u32, SlotIdx) {
+        if let Some(found) = self.namespaces.find(ns) {
+            return found;
+        }
+        let labels = BTreeMap::new();
+        let slot = self.policies.resolve(&labels);
+        (self.namespaces.add(ns, labels, slot), slot)
+    }
+
+    /// Moves every key to the slot its namespace resolves to now, within that slot's bounds.
+    fn rebuild(&mut self, now: DateTime<Utc>) {
+        let policies = &self.policies;
+        self.namespaces
+            .resolve_all(|labels| policies.resolve(labels));
+        let old: Vec<Slot> = std::mem::take(&mut self.slots);
+        self.slots = (0..self.policies.slots()).map(|_| Slot::new()).collect();
+        self.timers.clear();
+        for mut slot in old {
+            // Oldest first, so that re-insertion keeps the recency order.
+            while let Some((id, d)) = slot.dormant.pop_oldest() {
+                let idx = self.namespaces.slot_of(d.ns);
+                self.slots[idx].dormant.insert(id, d);
+            }
+            while let Some((id, c)) = slot.candidates.pop_oldest() {
+                let idx = self.namespaces.slot_of(c.ns);
+                self.slots[idx].candidates.insert(id, c);
+            }
+            while let Some((id, mut s)) = slot.series.pop_oldest() {
+                let idx = self.namespaces.slot_of(s.tally.ns);
+                let interval = self.policies.settings(idx).heartbeat_interval;
+                s.next_heartbeat = s.next_heartbeat.min(micros(now + interval));
+                self.insert_series(now, idx, id, s);
+            }
+        }
+        for idx in 0..self.slots.len() {
+            self.bound_candidates(idx);
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! Rebuilding the engine after a restart from the series objects the API server holds.
+//!
+//! Every write carries a *watermark*: the highest resourceVersion up to which the engine had processed
+//! every raw event (see [`Engine::checkpoint`]), and the counts (and latest times) it absorbed from the
+//! series' most recently updated raw objects (at most [`MAX_SOURCES`]), including raw objects whose
+//! earlier occurrences were lone. After a restart, a raw object listed with a resourceVersion at or
+//! below the highest watermark among its key's series objects (Ongoing and Finished) is reflected in
+//! full in their counts; one above it is reflected up to the highest count any of them recorded for it
+//! (zero if none did), and only the rest is added. That makes a rebuilt engine reach the counts of one
+//! that never stopped, provided every intent it made was written. Inexact cases: a raw object that fed
+//! a series after more than [`MAX_SOURCES`] others did and was updated after the series' last write; a
+//! key dormant longer than `dormant_retention`; a Finish that was never written (the next burst then
+//! joins the series it ended).
+//!
+//! The order: [`Engine::begin_recovery`], [`Engine::restore`] for every series object, then every
+//! listed raw event through [`Engine::observe`] in time order, then [`Engine::end_recovery`]. Ticks
+//! are ignored until then, so that no series is finished before the raw events that extend it have
+//! been read.
+
+use super::Engine;
+use super::lifecycle::jitter;
+use super::storage::{Micros, Series, Sources, Src, Tally, micros};
+use crate::intent::{FinishCause, MAX_SOURCES, SeriesState, StoredSeries};
+use crate::key::{KeyId, Observation, RawId};
+use chrono::{DateTime, Utc};
+use std::collections::HashMap;
+
+/// What the stored series objects of one key say about its raw objects: every raw state up to the
+/// highest watermark was absorbed, and each recorded source count was.
+#[derive(Default)]
+struct Evidence {
+    watermark: u64,
+    sources: HashMap<RawId, (u64, Option<DateTime<Utc>>)>,
+}
+
+/// The evidence of every key, kept from [`Engine::begin_recovery`] to [`Engine::end_recovery`].
+#[derive(Default)]
+pub(super) struct Recovery {
+    evidence: HashMap<KeyId, Evidence>,
+}
+
+impl Recovery {
+    /// What the stored objects say was already counted from a raw object not seen in this process.
+    pub fn baseline(&self, id: KeyId, obs: &Observation) -> (u64, Option<Micros>) {
+        let Some(e) = self.evidence.get(&id) else {
+            return (0, None);
+        };
+        match obs.resource_version {
+            Some(rv) if rv <= e.watermark => (obs.count, Some(micros(obs.last))),
+            _ => e.sources.get(&obs.raw).map_or((0, None), |(c, last)| {
+                ((*c).min(obs.count), last.map(micros))
+            }),
+        }
+    }
+}
+
+impl Engine {
+    /// Starts a rebuild after a restart (see the module docs for the order of calls).
+    pub fn begin_recovery(&mut self) {
+        self.recovery = Some(Recovery::default());
+    }
+
+    /// Restores one series object (Ongoing or Finished) read back from the API server.
+    pub fn restore(&mut self, now: DateTime<Utc>, p: StoredSeries) {
+        if let Some(recovery) = self.recovery.as_mut() {
+            let evidence = recovery.evidence.entry(p.id).or_default();
+            evidence.watermark = evidence.watermark.max(p.watermark);
+            for src in &p.sources {
+                let known = evidence.sources.entry(src.raw).or_insert((0, None));
+                if src.count >= known.0 {
+                    *known = (src.count, src.last);
+                }
+            }
+        }
+        if p.state != SeriesState::Ongoing {
+            return;
+        }
+        let (ns, slot_idx) = self.namespace(&p.namespace);
+        let interval = self.policies.settings(slot_idx).heartbeat_interval;
+        let id = p.id;
+        let first = micros(p.first);
+        if let Some(name) = p.stored_name {
+            self.stored_names.insert((id, first), name);
+        }
+        // Next heartbeat one interval after the last write, but never all restored series at once.
+        let spread = now + jitter(id, interval / 8);
+        let mut sources: Sources = p.sources.iter().take(MAX_SOURCES).map(Src::of).collect();
+        sources.shrink_to_fit();
+        let next_heartbeat = p.last_write.map_or(spread, |w| (w + interval).max(spread));
+        let series = Series {
+            tally: Tally {
+                key: self.keys.insert_packed(p.key.packed()),
+                ns,
+                count: p.count,
+                first,
+                last: micros(p.last.max(p.first)),
+                sources,
+            },
+            next_heartbeat: micros(next_heartbeat),
+            timer_due: 0,
+            restored: true,
+        };
+        match self.slots[slot_idx].series.peek(&id) {
+            // Two Ongoing objects for one key (a lost Finish write): keep the newer, finish the older
+            // so that it is not left Ongoing forever.
+            Some(existing) if existing.tally.first >= series.tally.first => {
+                self.finish(now, id, series, FinishCause::Gap);
+            }
+            _ => {
+                if let Some(older) = self.slots[slot_idx].series.remove(&id) {
+                    self.finish(now, id, older, FinishCause::Gap);
+                }
+                self.insert_series(now, slot_idx, id, series);
+            }
+        }
+    }
+
+    /// Ends a rebuild: from now on a raw object the engine has not seen is new.
+    pub fn end_recovery(&mut self, now: DateTime<Utc>) {
+        self.recovery = None;
+        self.tick(now);
+    }
+
+    pub(super) fn recovering(&self) -> bool {
+        self.recovery.is_some()
+    }
+}

@@ -1,0 +1,105 @@
+//! The engine's boundary: what it emits (an [`Intent`] carrying a [`Snapshot`] of a series) and what it
+//! takes back after a restart (a [`StoredSeries`] read from a series object).
+//!
+//! Plain data with no behaviour of its own, so that the engine and the modules that turn these values
+//! into API objects and back ([`crate::object`]) depend on this module and never on each other.
+
+use crate::key::{KeyBuf, KeyId, RawId};
+use chrono::{DateTime, Utc};
+use std::sync::Arc;
+
+/// Most raw objects whose absorbed counts a series records, so that a restart does not count them
+/// again. Bounded so that the series object's annotation stays small.
+pub const MAX_SOURCES: usize = 16;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SeriesState {
+    Ongoing,
+    Finished,
+}
+
+impl SeriesState {
+    /// The value of the `eventseries.dev/state` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SeriesState::Ongoing => "Ongoing",
+            SeriesState::Finished => "Finished",
+        }
+    }
+}
+
+/// Why a series ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishCause {
+    /// `finishAfter` passed with no occurrence.
+    Quiet,
+    /// An occurrence came more than `seriesWindow` after the previous one: it starts a new series.
+    Gap,
+    /// `maxActiveSeries` was reached and this was the least recently active series.
+    Evicted,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteKind {
+    Create,
+    Heartbeat,
+    Finish(FinishCause),
+}
+
+/// The count absorbed from one raw Event object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Source {
+    pub raw: RawId,
+    pub count: u64,
+    /// The latest occurrence absorbed from it (unknown in objects written without it).
+    pub last: Option<DateTime<Utc>>,
+}
+
+/// The state of a series at the moment an intent was made: everything a writer needs to write it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    pub id: KeyId,
+    /// The name of the object this series was restored from, when it is not the name derived from the
+    /// key and start (an object written by another version). `None` for every series this process
+    /// started. [`crate::object::name_of`] gives the object name either way.
+    pub stored_name: Option<Arc<str>>,
+    /// Namespace of the raw events.
+    pub namespace: Arc<str>,
+    /// The key and the note.
+    pub key: KeyBuf,
+    pub count: u64,
+    pub first: DateTime<Utc>,
+    pub last: DateTime<Utc>,
+    pub state: SeriesState,
+    /// Highest raw-event resourceVersion up to which every raw event had been absorbed.
+    pub watermark: u64,
+    pub sources: Vec<Source>,
+    /// When the intent was made; written into the object so that every heartbeat changes it.
+    pub written_at: DateTime<Utc>,
+}
+
+/// A write the shell must perform. Later intents for the same series supersede earlier ones.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Intent {
+    pub kind: WriteKind,
+    pub series: Snapshot,
+}
+
+/// A series as read back from its object, to rebuild the engine after a restart.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredSeries {
+    pub id: KeyId,
+    /// The object's name when it is not the one derived from the key and start (see
+    /// [`Snapshot::stored_name`]).
+    pub stored_name: Option<Arc<str>>,
+    pub namespace: String,
+    /// The key and the note, as the object holds them.
+    pub key: KeyBuf,
+    pub count: u64,
+    pub first: DateTime<Utc>,
+    pub last: DateTime<Utc>,
+    pub state: SeriesState,
+    pub watermark: u64,
+    pub sources: Vec<Source>,
+    pub last_write: Option<DateTime<Utc>>,
+}

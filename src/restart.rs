@@ -1,0 +1,142 @@
+//! The restart shell: how an operator that starts (or takes over the lease) rebuilds the engine from
+//! what the API server holds, so that final counts equal those of a run that never stopped.
+//!
+//! 1. [`Restart::begin`]: list the operator's own series objects (Ongoing and Finished, paginated),
+//!    decode each as a claim ([`crate::object::decode`]) and restore it into the engine.
+//! 2. The first list of raw events arrives from the watch; [`Restart::buffer`] keeps each event as a
+//!    compact [`OwnedObservation`] rather than feeding it at once, because a list comes in name order.
+//! 3. [`Restart::finish`], at the end of that list: replay the buffer in the order the occurrences
+//!    happened, so candidates and gaps form exactly as they did when the events were watched live,
+//!    then end the recovery. From then on the watch feeds the engine directly.
+//!
+//! The engine's side of it (what a stored series says was already counted) is `engine::restore`.
+
+use crate::engine::Engine;
+use crate::key::{self, OwnedObservation};
+use crate::metrics::Metrics;
+use crate::object;
+use chrono::Utc;
+use k8s_openapi::api::core::v1::Event as CoreEvent;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams};
+use std::time::{Duration, Instant};
+
+/// Page size of the list of own series objects. Each object is bounded (its note to 1 KiB, its
+/// annotations to the sources of a few raw objects), so a page stays small.
+pub const OWN_PAGE_SIZE: u32 = 500;
+
+/// A restart in progress, from the restore of the own series objects to the end of the first list
+/// of raw events.
+pub struct Restart {
+    buffer: Vec<OwnedObservation>,
+    started: Instant,
+}
+
+impl Restart {
+    /// Restores every series object the operator wrote (Ongoing and Finished), page by page; an
+    /// object that cannot be read is skipped with a log line and a metric.
+    pub async fn begin(api: &Api<Event>, engine: &mut Engine, metrics: &Metrics) -> Restart {
+        let started = Instant::now();
+        engine.begin_recovery();
+        let mut params = ListParams::default()
+            .labels(&object::managed_selector())
+            .limit(OWN_PAGE_SIZE);
+        let (mut restored, mut pages, mut waiting) = (0, 0, Duration::ZERO);
+        loop {
+            let asked = Instant::now();
+            let page = list_with_retry(api, &params).await;
+            waiting += asked.elapsed();
+            pages += 1;
+            let now = Utc::now();
+            for ev in &page.items {
+                match object::decode(ev) {
+                    Ok(series) => {
+                        engine.restore(now, series);
+                        restored += 1;
+                    }
+                    Err(e) => {
+                        tracing::warn!(name = ?ev.metadata.name, namespace = ?ev.metadata.namespace,
+                            error = %e, "series object not restored");
+                        metrics.dropped("unreadable_series", 1);
+                    }
+                }
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => break,
+            }
+        }
+        tracing::info!(
+            restored,
+            pages,
+            active = engine.active_series(),
+            list_ms = waiting.as_millis() as u64,
+            total_ms = started.elapsed().as_millis() as u64,
+            "own series objects restored"
+        );
+        Restart {
+            buffer: Vec::new(),
+            started: Instant::now(),
+        }
+    }
+
+    /// Keeps one raw event of the first list for the replay; an event that cannot be read is skipped
+    /// with a log line and a metric.
+    pub fn buffer(&mut self, ev: &CoreEvent, metrics: &Metrics) {
+        match key::normalise(ev) {
+            Ok(obs) => self.buffer.push(OwnedObservation::new(&obs)),
+            Err(e) => metrics.skipped(ev, &e),
+        }
+    }
+
+    /// The first list is complete at resourceVersion `rv`: replays it in time order and ends the
+    /// recovery. Returns how many raw events were replayed.
+    pub fn finish(self, engine: &mut Engine, rv: u64) -> usize {
+        let Restart {
+            mut buffer,
+            started,
+        } = self;
+        let listed_ms = started.elapsed().as_millis() as u64;
+        let replay = Instant::now();
+        sort_for_replay(&mut buffer);
+        let now = Utc::now();
+        for obs in &buffer {
+            engine.observe(now, &obs.view());
+        }
+        engine.checkpoint(rv);
+        engine.end_recovery(now);
+        let raw_events = buffer.len();
+        drop(buffer);
+        crate::memory::release_free_pages();
+        tracing::info!(
+            raw_events,
+            active = engine.active_series(),
+            list_ms = listed_ms,
+            replay_ms = replay.elapsed().as_millis() as u64,
+            "recovered; watching"
+        );
+        raw_events
+    }
+}
+
+/// Puts listed raw events in the order their occurrences happened. A list arrives in name order; fed
+/// in time order, candidates and gaps form exactly as they did when the events were watched live.
+pub fn sort_for_replay(observations: &mut [OwnedObservation]) {
+    observations.sort_by_key(OwnedObservation::replay_order);
+}
+
+/// Lists one page, retrying throttling and server errors with backoff (a restart in a busy cluster
+/// must not fail on a 429).
+async fn list_with_retry(api: &Api<Event>, params: &ListParams) -> kube::core::ObjectList<Event> {
+    let mut delays = crate::retry::delays(Duration::from_millis(200), Duration::from_secs(30));
+    loop {
+        match api.list(params).await {
+            Ok(page) => return page,
+            Err(e) => {
+                let retry_in = delays.next().unwrap_or(Duration::from_secs(30));
+                tracing::warn!(error = %e, ?retry_in, "listing own series objects failed; retrying");
+                tokio::time::sleep(retry_in).await;
+            }
+        }
+    }
+}
