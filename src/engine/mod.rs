@@ -337,3 +337,61 @@ impl Engine {
         }
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::key::{KeyRef, ObjectRef};
+
+    pub fn t0() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default()
+    }
+
+    /// A raw event named `name` about Pod `name`, reporting `count` occurrences, the latest at `at`.
+    pub fn observation(name: &str, count: u64, at: DateTime<Utc>) -> Observation<'_> {
+        Observation {
+            raw: RawId::of("team-a", name, ""),
+            resource_version: None,
+            namespace: "team-a",
+            key: KeyRef {
+                regarding: ObjectRef {
+                    api_version: "v1",
+                    kind: "Pod",
+                    namespace: "team-a",
+                    name,
+                    uid: "",
+                    field_path: "",
+                },
+                reason: "BackOff",
+                reporting_controller: "kubelet",
+                type_: "Warning",
+                ..KeyRef::default()
+            },
+            note: "Back-off restarting failed container",
+            count,
+            first: at,
+            last: at,
+        }
+    }
+
+    #[test]
+    fn a_lower_bound_from_a_new_policy_applies_to_the_candidates_already_held() {
+        let mut engine = Engine::with_settings(Settings::default());
+        let names: Vec<String> = (0..5_000).map(|i| format!("pod-{i}")).collect();
+        for name in &names {
+            engine.observe(t0(), &observation(name, 1, t0()));
+        }
+        assert_eq!(engine.candidates(), 5_000);
+        let lower = Settings {
+            max_active_series: 10,
+            ..Settings::default()
+        };
+        let bound = lower.max_candidates();
+        engine.set_policies(t0(), PolicySet::uniform(lower));
+        assert_eq!(engine.candidates(), bound);
+        let evicted = (5_000 - bound) as u64;
+        assert_eq!(engine.stats().candidates_evicted, evicted);
+        assert_eq!(engine.stats().lone, evicted);
+        assert_eq!(engine.pending_occurrences(), bound as u64);
+    }
+}

@@ -125,3 +125,80 @@ impl Engine {
         self.recovery.is_some()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::t0;
+    use super::*;
+    use crate::config::Settings;
+    use crate::intent::{Intent, WriteKind};
+    use crate::key::{KeyBuf, KeyRef, ObjectRef};
+    use chrono::TimeDelta;
+
+    fn stored(name: &str, first: DateTime<Utc>) -> StoredSeries {
+        let key = KeyRef {
+            regarding: ObjectRef {
+                kind: "Pod",
+                namespace: "team-a",
+                name: "web-0",
+                ..ObjectRef::default()
+            },
+            reason: "BackOff",
+            ..KeyRef::default()
+        };
+        StoredSeries {
+            id: key.id(None),
+            stored_name: Some(name.into()),
+            namespace: "team-a".into(),
+            key: KeyBuf::new(&key, "note"),
+            count: 5,
+            first,
+            last: first + TimeDelta::minutes(1),
+            state: SeriesState::Ongoing,
+            watermark: 0,
+            sources: Vec::new(),
+            last_write: Some(first + TimeDelta::minutes(1)),
+        }
+    }
+
+    fn names(intents: &[Intent]) -> Vec<(WriteKind, Option<String>)> {
+        intents
+            .iter()
+            .map(|i| {
+                let name = i.series.stored_name.as_deref().map(str::to_owned);
+                (i.kind, name)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn two_objects_of_one_key_keep_their_own_names() {
+        let settings = Settings {
+            heartbeat_interval: TimeDelta::minutes(10),
+            finish_after: TimeDelta::hours(2),
+            ..Settings::default()
+        };
+        let mut engine = Engine::with_settings(settings);
+        let now = t0() + TimeDelta::minutes(20);
+        engine.begin_recovery();
+        engine.restore(now, stored("older-object", t0()));
+        engine.restore(now, stored("newer-object", t0() + TimeDelta::minutes(10)));
+        let restored = engine.take_intents();
+        assert_eq!(
+            names(&restored),
+            [(
+                WriteKind::Finish(FinishCause::Gap),
+                Some("older-object".into())
+            )],
+            "the older object is the one finished"
+        );
+        assert_eq!(restored[0].series.first, t0());
+        engine.end_recovery(now);
+        engine.tick(now + TimeDelta::minutes(15));
+        assert_eq!(
+            names(&engine.take_intents()),
+            [(WriteKind::Heartbeat, Some("newer-object".into()))],
+            "the survivor keeps writing to its own object"
+        );
+    }
+}
