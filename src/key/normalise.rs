@@ -27,9 +27,8 @@ pub struct Observation<'a> {
 }
 
 /// An [`Observation`] that owns its text, in one allocation for the key and note. The first list after a
-/// start is buffered in this form until it can be replayed in time order: a decoded Event with its
-/// metadata costs several KiB, this about 300 bytes, which is what keeps a restart at 100,000 raw
-/// events from a memory peak of hundreds of MiB.
+/// start is buffered in this form until it can be replayed in time order (see `restart`): it costs a
+/// small fraction of a decoded Event with its metadata, which bounds the memory peak of a restart.
 #[derive(Clone, Debug)]
 pub struct OwnedObservation {
     raw: RawId,
@@ -67,7 +66,7 @@ impl OwnedObservation {
         }
     }
 
-    /// The order of replay: when the occurrences happened (see `recovery::sort_for_replay`).
+    /// The order of replay: when the occurrences happened (see `restart::sort_for_replay`).
     pub fn replay_order(&self) -> (DateTime<Utc>, DateTime<Utc>) {
         (self.last, self.first)
     }

@@ -8,9 +8,8 @@ use std::sync::Arc;
 const FIELDS: usize = 18;
 
 /// An owned [`SeriesKey`] and the note of its first occurrence, packed into one shared allocation: a
-/// series keeps them as long as it lives, eighteen separate `String`s would cost over 400 bytes of
-/// headers per series before any text, and a separate `Arc` around a boxed text another allocation.
-/// The format is [`encode`]'s; cloning shares it.
+/// series keeps them as long as it lives, and eighteen separate `String`s would cost more in headers
+/// than most keys hold in text. The format is [`encode`]'s; cloning shares it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct KeyBuf(Arc<[u8]>);
 
