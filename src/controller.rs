@@ -13,6 +13,7 @@
 use crate::config::Settings;
 use crate::config::watch::{PolicyWatch, Update};
 use crate::engine::{Engine, EngineConfig};
+use crate::intent::Intent;
 use crate::key::{self, RawId};
 use crate::metrics::Metrics;
 use crate::restart::Restart;
@@ -26,6 +27,7 @@ use kube::{Client, Resource};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use tokio::sync::mpsc::UnboundedSender;
 
 #[derive(Clone, Debug)]
 pub struct ControllerConfig {
@@ -73,6 +75,90 @@ fn feed(engine: &mut Engine, metrics: &Metrics, ev: &CoreEvent) {
     }
 }
 
+/// Hands the engine's intents to the writer and its counters to the metrics.
+fn forward(engine: &mut Engine, tx: &UnboundedSender<Intent>, metrics: &Metrics) {
+    for intent in engine.take_intents() {
+        tracing::debug!(kind = ?intent.kind, id = %intent.series.id, count = intent.series.count, "intent");
+        // The writer only stops after the controller drops the sender.
+        let _ = tx.send(intent);
+    }
+    metrics.sync_engine(engine.stats(), engine.active_series());
+}
+
+/// Applies one step of the raw-event watch. During a restart the first list is buffered and
+/// replayed at its end, after which the operator is ready.
+fn on_step(
+    engine: &mut Engine,
+    metrics: &Metrics,
+    ready: &AtomicBool,
+    restart: &mut Option<Restart>,
+    step: Step,
+) {
+    match step {
+        Step::ListStarted { relist } => {
+            if relist {
+                metrics.watch_relists.inc();
+                engine.begin_relist();
+            }
+        }
+        Step::Listed(ev) => match restart.as_mut() {
+            Some(restart) => restart.buffer(&ev, metrics),
+            None => match key::normalise(&ev) {
+                Ok(obs) => engine.observe(Utc::now(), &obs),
+                Err(e) => metrics.skipped(&ev, &e),
+            },
+        },
+        Step::ListDone {
+            resource_version: rv,
+        } => {
+            let rv = resource_version(&rv).unwrap_or(0);
+            match restart.take() {
+                Some(restart) => {
+                    restart.finish(engine, rv);
+                    ready.store(true, Ordering::Relaxed);
+                }
+                None => {
+                    engine.end_relist();
+                    engine.checkpoint(rv);
+                }
+            }
+        }
+        Step::Applied(ev) => {
+            feed(engine, metrics, &ev);
+            if let Some(rv) = ev
+                .metadata
+                .resource_version
+                .as_deref()
+                .and_then(resource_version)
+            {
+                engine.checkpoint(rv);
+            }
+        }
+        Step::Deleted(ev) => {
+            let m = &ev.metadata;
+            engine.forget_raw(RawId::of(
+                m.namespace.as_deref().unwrap_or(""),
+                m.name.as_deref().unwrap_or(""),
+                m.uid.as_deref().unwrap_or(""),
+            ));
+        }
+        Step::Bookmark {
+            resource_version: rv,
+        } => {
+            metrics.bookmarks.inc();
+            if let Some(rv) = resource_version(&rv) {
+                engine.checkpoint(rv);
+            }
+        }
+        Step::Restarted => {
+            metrics.watch_restarts.inc();
+        }
+        Step::Failed { error, retry_in } => {
+            tracing::warn!(%error, ?retry_in, "raw event watch failed; retrying");
+        }
+    }
+}
+
 /// Why the controller stops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stop {
@@ -107,12 +193,6 @@ pub async fn run(
     for (ns, labels) in policies.namespaces() {
         engine.set_namespace_labels(now, ns, labels.clone());
     }
-    let own = scoped(&client, &config.namespace);
-    let mut restart = tokio::select! {
-        restart = Restart::begin(&own, &mut engine, &metrics) => Some(restart),
-        stop = &mut shutdown => return Ok(stop),
-    };
-
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let writer = Writer::new(client.clone(), config.writer, metrics.clone());
     let writer = tokio::spawn(writer.run(rx, config.drain));
@@ -122,70 +202,27 @@ pub async fn run(
         config.watch_timeout_secs,
         config.watch_bookmarks,
     ));
+    let own = scoped(&client, &config.namespace);
+    let (restart, held) = tokio::select! {
+        started = Restart::run(&own, &mut engine, &metrics, &mut steps) => started,
+        stop = &mut shutdown => return Ok(stop),
+    };
+    let mut restart = Some(restart);
+    if let Some(step) = held {
+        on_step(&mut engine, &metrics, &ready, &mut restart, step);
+    }
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut housekeeping = tokio::time::interval(HOUSEKEEPING);
     housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let stop;
     loop {
+        forward(&mut engine, &tx, &metrics);
         tokio::select! {
-            step = steps.next() => {
-                let Some(step) = step else { anyhow::bail!("raw event watch ended") };
-                match step {
-                    Step::ListStarted { relist } => {
-                        if relist {
-                            metrics.watch_relists.inc();
-                            engine.begin_relist();
-                        }
-                    }
-                    Step::Listed(ev) => match restart.as_mut() {
-                        Some(restart) => restart.buffer(&ev, &metrics),
-                        None => match key::normalise(&ev) {
-                            Ok(obs) => engine.observe(Utc::now(), &obs),
-                            Err(e) => metrics.skipped(&ev, &e),
-                        },
-                    },
-                    Step::ListDone { resource_version: rv } => {
-                        let rv = resource_version(&rv).unwrap_or(0);
-                        match restart.take() {
-                            Some(restart) => {
-                                restart.finish(&mut engine, rv);
-                                ready.store(true, Ordering::Relaxed);
-                            }
-                            None => {
-                                engine.end_relist();
-                                engine.checkpoint(rv);
-                            }
-                        }
-                    }
-                    Step::Applied(ev) => {
-                        feed(&mut engine, &metrics, &ev);
-                        if let Some(rv) = ev.metadata.resource_version.as_deref().and_then(resource_version) {
-                            engine.checkpoint(rv);
-                        }
-                    }
-                    Step::Deleted(ev) => {
-                        let m = &ev.metadata;
-                        engine.forget_raw(RawId::of(
-                            m.namespace.as_deref().unwrap_or(""),
-                            m.name.as_deref().unwrap_or(""),
-                            m.uid.as_deref().unwrap_or(""),
-                        ));
-                    }
-                    Step::Bookmark { resource_version: rv } => {
-                        metrics.bookmarks.inc();
-                        if let Some(rv) = resource_version(&rv) {
-                            engine.checkpoint(rv);
-                        }
-                    }
-                    Step::Restarted => {
-                        metrics.watch_restarts.inc();
-                    }
-                    Step::Failed { error, retry_in } => {
-                        tracing::warn!(%error, ?retry_in, "raw event watch failed; retrying");
-                    }
-                }
-            }
+            step = steps.next() => match step {
+                Some(step) => on_step(&mut engine, &metrics, &ready, &mut restart, step),
+                None => anyhow::bail!("raw event watch ended"),
+            },
             update = policies.next() => match update? {
                 Update::Policies(set) => engine.set_policies(Utc::now(), set),
                 Update::Namespaces(changed) => {
@@ -203,12 +240,6 @@ pub async fn run(
                 break;
             }
         }
-        for intent in engine.take_intents() {
-            tracing::debug!(kind = ?intent.kind, id = %intent.series.id, count = intent.series.count, "intent");
-            // The writer only stops after this loop drops the sender.
-            let _ = tx.send(intent);
-        }
-        metrics.sync_engine(engine.stats(), engine.active_series());
     }
     drop(tx);
     match stop {

@@ -1,11 +1,12 @@
 //! The restart shell: how an operator that starts (or takes over the lease) rebuilds the engine from
 //! what the API server holds, so that final counts equal those of a run that never stopped.
 //!
-//! 1. [`Restart::begin`]: list the operator's own series objects (Ongoing and Finished, paginated),
-//!    decode each as a claim ([`crate::object::decode`]) and restore it into the engine.
-//! 2. The first list of raw events arrives from the watch; [`Restart::buffer`] keeps each event as a
-//!    compact [`OwnedObservation`] rather than feeding it at once, because a list comes in name order.
-//! 3. [`Restart::finish`], at the end of that list: replay the buffer in the order the occurrences
+//! 1. [`Restart::run`]: list the operator's own series objects (Ongoing and Finished, paginated),
+//!    decode each as a claim ([`crate::object::decode`]) and restore it into the engine. Meanwhile the
+//!    first list of raw events is fetched; each raw event is kept as a compact [`OwnedObservation`]
+//!    ([`Restart::buffer`]) rather than fed at once, because a list comes in name order and because
+//!    the engine must know every stored series before it counts a raw event.
+//! 2. [`Restart::finish`], at the end of that list: replay the buffer in the order the occurrences
 //!    happened, so candidates and gaps form exactly as they did when the events were watched live,
 //!    then end the recovery. From then on the watch feeds the engine directly.
 //!
@@ -15,7 +16,9 @@ use crate::engine::Engine;
 use crate::key::{self, OwnedObservation};
 use crate::metrics::Metrics;
 use crate::object;
+use crate::watch::Step;
 use chrono::Utc;
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
@@ -33,51 +36,50 @@ pub struct Restart {
 }
 
 impl Restart {
-    /// Restores every series object the operator wrote (Ongoing and Finished), page by page; an
-    /// object that cannot be read is skipped with a log line and a metric.
-    pub async fn begin(api: &Api<Event>, engine: &mut Engine, metrics: &Metrics) -> Restart {
+    /// Restores every series object the operator wrote while the first list of raw events is
+    /// fetched: both lists run at once, but a raw event is only buffered until every series is
+    /// restored. Returns the restart and the first step of `steps` that is not part of that list
+    /// (its end, usually), which the caller handles once the restore is complete; `None` when the
+    /// watch ended first.
+    pub async fn run(
+        api: &Api<Event>,
+        engine: &mut Engine,
+        metrics: &Metrics,
+        steps: &mut (impl Stream<Item = Step> + Unpin),
+    ) -> (Restart, Option<Step>) {
         let started = Instant::now();
+        let mut restart = Restart {
+            buffer: Vec::new(),
+            started,
+        };
         engine.begin_recovery();
-        let mut params = ListParams::default()
-            .labels(&object::managed_selector())
-            .limit(OWN_PAGE_SIZE);
-        let (mut restored, mut pages, mut waiting) = (0, 0, Duration::ZERO);
+        let restore = restore_own_series(api, engine, metrics);
+        tokio::pin!(restore);
+        let mut held = None;
+        let mut watch_open = true;
         loop {
-            let asked = Instant::now();
-            let page = list_with_retry(api, &params).await;
-            waiting += asked.elapsed();
-            pages += 1;
-            let now = Utc::now();
-            for ev in &page.items {
-                match object::decode(ev) {
-                    Ok(series) => {
-                        engine.restore(now, series);
-                        restored += 1;
+            tokio::select! {
+                () = &mut restore => break,
+                step = steps.next(), if watch_open && held.is_none() => match step {
+                    Some(Step::Listed(ev)) => restart.buffer(&ev, metrics),
+                    Some(Step::ListStarted { relist: false }) => {}
+                    Some(Step::Failed { error, retry_in }) => {
+                        tracing::warn!(%error, ?retry_in, "raw event list failed; retrying");
                     }
-                    Err(e) => {
-                        tracing::warn!(name = ?ev.metadata.name, namespace = ?ev.metadata.namespace,
-                            error = %e, "series object not restored");
-                        metrics.dropped("unreadable_series", 1);
-                    }
-                }
-            }
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => params = params.continue_token(&token),
-                None => break,
+                    Some(step) => held = Some(step),
+                    None => watch_open = false,
+                },
             }
         }
         tracing::info!(
-            restored,
-            pages,
-            active = engine.active_series(),
-            list_ms = waiting.as_millis() as u64,
-            total_ms = started.elapsed().as_millis() as u64,
-            "own series objects restored"
+            buffered = restart.buffer.len(),
+            restore_ms = started.elapsed().as_millis() as u64,
+            "own series restored; first list of raw events under way"
         );
-        Restart {
-            buffer: Vec::new(),
-            started: Instant::now(),
+        if held.is_none() && watch_open {
+            held = steps.next().await;
         }
+        (restart, held)
     }
 
     /// Keeps one raw event of the first list for the replay; an event that cannot be read is skipped
@@ -117,6 +119,48 @@ impl Restart {
         );
         raw_events
     }
+}
+
+/// Restores every series object the operator wrote (Ongoing and Finished), page by page; an object
+/// that cannot be read is skipped with a log line and a metric.
+async fn restore_own_series(api: &Api<Event>, engine: &mut Engine, metrics: &Metrics) {
+    let started = Instant::now();
+    let mut params = ListParams::default()
+        .labels(&object::managed_selector())
+        .limit(OWN_PAGE_SIZE);
+    let (mut restored, mut pages, mut waiting) = (0, 0, Duration::ZERO);
+    loop {
+        let asked = Instant::now();
+        let page = list_with_retry(api, &params).await;
+        waiting += asked.elapsed();
+        pages += 1;
+        let now = Utc::now();
+        for ev in &page.items {
+            match object::decode(ev) {
+                Ok(series) => {
+                    engine.restore(now, series);
+                    restored += 1;
+                }
+                Err(e) => {
+                    tracing::warn!(name = ?ev.metadata.name, namespace = ?ev.metadata.namespace,
+                        error = %e, "series object not restored");
+                    metrics.dropped("unreadable_series", 1);
+                }
+            }
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => break,
+        }
+    }
+    tracing::info!(
+        restored,
+        pages,
+        active = engine.active_series(),
+        list_ms = waiting.as_millis() as u64,
+        total_ms = started.elapsed().as_millis() as u64,
+        "own series objects restored"
+    );
 }
 
 /// Puts listed raw events in the order their occurrences happened. A list arrives in name order; fed
