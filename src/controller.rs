@@ -11,7 +11,7 @@
 //! ```
 
 use crate::config::Settings;
-use crate::config::watch::{PolicyWatch, Update};
+use crate::config::policy_watch::{PolicyWatch, Update};
 use crate::engine::{Engine, EngineConfig};
 use crate::intent::Intent;
 use crate::key::{self, RawId};

@@ -5,7 +5,7 @@
 //! [`object`] turns a series into the events.k8s.io object the API accepts and back, and
 //! [`config::settings`] says what each namespace's policy is. The shell performs it: [`watch`] lists
 //! and watches raw Events, [`restart`] rebuilds the engine from the API server, [`writer`] writes
-//! intents, [`config::watch`] keeps policies live, [`leader`] elects one writer, [`server`] serves
+//! intents, [`config::policy_watch`] keeps policies live, [`leader`] elects one writer, [`server`] serves
 //! metrics and probes, and [`controller`] ties them together. `docs/ARCHITECTURE.md` draws the flow.
 
 pub mod cli;

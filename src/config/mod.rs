@@ -1,15 +1,15 @@
 //! Configuration: the EventSeriesPolicy custom resource ([`crd`]), its durations ([`duration`]), the
 //! engine's view of it ([`settings`]), how policies in the cluster become that view ([`resolve`]),
-//! the status each policy reports ([`status`]), and the watch that keeps it all live ([`watch`]).
+//! the status each policy reports ([`status`]), and the watch that keeps it all live ([`policy_watch`]).
 //!
-//! Dependencies point one way: `watch` -> `resolve`, `status` -> `crd`, `settings`, `duration`.
+//! Dependencies point one way: `policy_watch` -> `resolve`, `status` -> `crd`, `settings`, `duration`.
 
 pub mod crd;
 pub mod duration;
+pub mod policy_watch;
 pub mod resolve;
 pub mod settings;
 pub mod status;
-pub mod watch;
 
 pub use crd::{EventSeriesPolicy, EventSeriesPolicySpec, EventSeriesPolicyStatus};
 pub use settings::{PolicySet, Settings, SettingsError, SlotIdx};
