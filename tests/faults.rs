@@ -10,10 +10,6 @@
 #[path = "e2e/fixture.rs"]
 mod fixture;
 
-#[allow(dead_code)]
-#[path = "../fuzz/src/check.rs"]
-mod check;
-
 #[path = "faults/apiserver_restart.rs"]
 mod apiserver_restart;
 #[path = "faults/fuzz_corpus.rs"]

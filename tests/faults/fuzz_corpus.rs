@@ -1,9 +1,10 @@
-//! The fuzz targets' invariants (`fuzz/src/check.rs`) on every seed (real events captured from
-//! client-go recorders) and on every input a fuzz run found to fail (`fuzz/regressions/`, one file per
-//! crash, kept after the fix): quick, so it runs with `just test` too.
+//! The fuzz targets' invariants (`event_series_test_support::check`) on every seed (real events
+//! captured from client-go recorders) and on every input a fuzz run found to fail
+//! (`fuzz/regressions/`, one file per crash, kept after the fix): quick, so it runs with `just test`
+//! too.
 
-use crate::check;
 use crate::fixture::repo_root;
+use event_series_test_support::check;
 
 fn inputs(dir: &str) -> Vec<(String, Vec<u8>)> {
     let dir = repo_root().join(dir);

@@ -1,7 +1,6 @@
-//! The invariants the fuzz targets check for one raw core/v1 Event. Shared (through `#[path]`) with
-//! `tests/faults.rs`, which replays the seed corpus and every saved crash through it on `just test`.
-//!
-//! Depends only on crates the operator itself depends on, so that both builds can compile it.
+//! The invariants the fuzz targets (`fuzz/`) check for one raw core/v1 Event. The `faults` suite
+//! replays the seed corpus and every saved crash through them, and the `mapping` suite uses the
+//! events.k8s.io/v1 rules restated here.
 //!
 //! For an event the API server could hold (times within years 1–9999, as Go marshals them):
 //! 1. `key::observe` never panics; an observation has `count >= 1`, `first <= last`, a namespace;

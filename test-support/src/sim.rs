@@ -1,6 +1,5 @@
 //! A simulated cluster for engine tests: raw core/v1 Events written by emitters, an injected clock, and
 //! a store that applies write intents the way the API server would. No API server, no I/O.
-#![allow(dead_code)]
 
 use chrono::{DateTime, TimeDelta, Utc};
 use event_series::engine::{Engine, Intent, SeriesState, WriteKind};
@@ -110,19 +109,11 @@ pub fn fast_settings() -> Settings {
 #[derive(Default)]
 pub struct Store {
     pub objects: BTreeMap<(String, String), events::Event>,
-    pub creates: usize,
-    pub heartbeats: usize,
-    pub finishes: usize,
 }
 
 impl Store {
-    pub fn apply(&mut self, intents: &[Intent]) {
+    fn apply(&mut self, intents: &[Intent]) {
         for i in intents {
-            match i.kind {
-                WriteKind::Create => self.creates += 1,
-                WriteKind::Heartbeat => self.heartbeats += 1,
-                WriteKind::Finish(_) => self.finishes += 1,
-            }
             let ev = to_event(&i.series);
             let id = (
                 ev.metadata.namespace.clone().unwrap(),
@@ -157,8 +148,8 @@ pub struct Sim {
     pub engine: Engine,
     pub store: Store,
     pub now: DateTime<Utc>,
-    pub rv: u64,
-    pub raws: BTreeMap<String, Event>,
+    rv: u64,
+    raws: BTreeMap<String, Event>,
     pub intents: Vec<Intent>,
     pub fed: u64,
     policies: PolicySet,
@@ -186,7 +177,7 @@ impl Sim {
         self.flush();
     }
 
-    pub fn flush(&mut self) {
+    fn flush(&mut self) {
         let intents = self.engine.take_intents();
         self.store.apply(&intents);
         self.intents.extend(intents);
