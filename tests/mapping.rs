@@ -165,12 +165,6 @@ fn bookkeeping_on_the_object_stays_under_one_kib() {
     let snap = &engine.active(now)[0];
     assert_eq!(snap.sources.len(), event_series::engine::MAX_SOURCES);
     let obj = to_event(snap);
-    let bytes: usize = obj
-        .metadata
-        .annotations
-        .iter()
-        .flatten()
-        .map(|(k, v)| k.len() + v.len())
-        .sum();
+    let bytes = check::annotation_bytes(&obj);
     assert!(bytes < 1024, "annotations take {bytes} bytes");
 }

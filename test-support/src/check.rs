@@ -167,14 +167,10 @@ pub fn create_errors(e: &events::Event, check_namespace: bool) -> Vec<String> {
     for (k, v) in e.metadata.labels.iter().flatten() {
         check(is_qualified_name(k) && is_label_value(v), "metadata.labels");
     }
-    let annotations: usize = e
-        .metadata
-        .annotations
-        .iter()
-        .flatten()
-        .map(|(k, v)| k.len() + v.len())
-        .sum();
-    check(annotations <= 256 * 1024, "metadata.annotations size");
+    check(
+        annotation_bytes(e) <= 256 * 1024,
+        "metadata.annotations size",
+    );
     check(e.event_time.as_ref().is_some_and(time_ok), "eventTime");
     match &e.series {
         Some(series) => {
@@ -218,6 +214,16 @@ pub fn create_errors(e: &events::Event, check_namespace: bool) -> Vec<String> {
         "deprecated fields unset",
     );
     errs
+}
+
+/// The size of an object's annotations as the apiserver limits it: keys and values, in bytes.
+pub fn annotation_bytes(e: &events::Event) -> usize {
+    e.metadata
+        .annotations
+        .iter()
+        .flatten()
+        .map(|(k, v)| k.len() + v.len())
+        .sum()
 }
 
 /// The fields `ValidateEventUpdate` makes immutable.
