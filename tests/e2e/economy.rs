@@ -1,9 +1,12 @@
 //! Tests that need an apiserver of their own: write economy counted from the apiserver's own
 //! `/metrics`, and a watch that the apiserver keeps expiring.
 
-use crate::fixture::{Dedicated, TestNamespace, client_for, kubectl_on};
-use crate::operator::{Operator, count, state, wait_for};
+use crate::operator::{count, start_on, state, wait_for};
 use anyhow::Result;
+use event_series_test_support::cluster::{
+    Dedicated, TestNamespace, client_for, kubectl_on, kubelet_backoff, operator_cluster_rules,
+    operator_rules, service_account_kubeconfig,
+};
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -36,7 +39,7 @@ async fn legacy_loop(
     occurrences: i32,
 ) -> Result<()> {
     let now = || Time(k8s_openapi::jiff::Timestamp::now());
-    let ev = crate::fixture::kubelet_backoff(ns, name, pod, 1);
+    let ev = kubelet_backoff(ns, name, pod, 1);
     api.create(&PostParams::default(), &ev).await?;
     for c in 2..=occurrences {
         let patch = serde_json::json!({"count": c, "lastTimestamp": now()});
@@ -54,7 +57,7 @@ async fn writes_per_series_are_independent_of_occurrences() -> Result<()> {
     let client = client_for(&cluster.kubeconfig).await?;
     let ns = TestNamespace::new(&client, "economy").await?;
     let heartbeat_secs = 4;
-    let op = Operator::start_on(
+    let op = start_on(
         &cluster.kubeconfig,
         &ns.name,
         &[
@@ -113,7 +116,7 @@ async fn expiring_watches_resume_without_relisting() -> Result<()> {
     )?;
     let client = client_for(&cluster.kubeconfig).await?;
     let ns = TestNamespace::new(&client, "expiry").await?;
-    let op = Operator::start_on(
+    let op = start_on(
         &cluster.kubeconfig,
         &ns.name,
         &[
@@ -168,7 +171,7 @@ async fn heartbeats_keep_a_series_alive_past_the_event_ttl() -> Result<()> {
     )?;
     let client = client_for(&cluster.kubeconfig).await?;
     let ns = TestNamespace::new(&client, "ttl").await?;
-    let _op = Operator::start_on(
+    let _op = start_on(
         &cluster.kubeconfig,
         &ns.name,
         &[
@@ -257,16 +260,16 @@ async fn throttled_writes_back_off_and_lose_nothing() -> Result<()> {
     let client = client_for(&cluster.kubeconfig).await?;
     let ns = TestNamespace::new(&client, "throttled").await?;
     // As a ServiceAccount: the admin (system:masters) is exempt from inflight limits.
-    let as_sa = crate::fixture::service_account_kubeconfig(
+    let as_sa = service_account_kubeconfig(
         &client,
         &cluster.kubeconfig,
         &ns.name,
         "event-series",
-        crate::fixture::operator_rules(),
-        crate::fixture::operator_cluster_rules(),
+        operator_rules(),
+        operator_cluster_rules(),
     )
     .await?;
-    let op = Operator::start_on(
+    let op = start_on(
         &as_sa,
         &ns.name,
         // A window and a quiet time far longer than a throttled write of the operator waits; a
@@ -281,7 +284,7 @@ async fn throttled_writes_back_off_and_lose_nothing() -> Result<()> {
         ],
     )?;
     // A non-admin that patches ConfigMaps as fast as it can, so that the operator's writes meet 429s.
-    let noise = crate::fixture::service_account_kubeconfig(
+    let noise = service_account_kubeconfig(
         &client,
         &cluster.kubeconfig,
         &ns.name,
@@ -335,7 +338,7 @@ async fn throttled_writes_back_off_and_lose_nothing() -> Result<()> {
             let name = format!("loop-{i}");
             let now = || Time(k8s_openapi::jiff::Timestamp::now());
             let (pp, patch_params) = (PostParams::default(), PatchParams::default());
-            let ev = crate::fixture::kubelet_backoff(&ns, &name, &format!("pod-{i}"), 1);
+            let ev = kubelet_backoff(&ns, &name, &format!("pod-{i}"), 1);
             until_accepted(|| api.create(&pp, &ev)).await?;
             for c in 2..=OCCURRENCES {
                 tokio::time::sleep(std::time::Duration::from_millis(300)).await;

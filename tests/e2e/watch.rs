@@ -1,7 +1,7 @@
 //! The raw-event watch on the real apiserver: list, then watch, own objects excluded.
 
-use crate::fixture::{TestNamespace, client};
 use event_series::watch::{Step, raw_events};
+use event_series_test_support::cluster::{TestNamespace, client};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

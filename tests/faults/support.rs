@@ -2,18 +2,23 @@
 //! is ready), loops of raw events written straight to the API (retrying through 429s, 5xx and a dead
 //! apiserver), the client-go emitter in the background, and the per-key check against the raw events.
 
-use crate::fixture::repo_root;
+use crate::{LOGS, OPERATOR};
 use anyhow::{Context, Result, bail};
+use event_series_test_support::cluster::kubelet_backoff;
+use event_series_test_support::emitter::Emitter;
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+pub use event_series_test_support::cluster::{count, series, state};
+/// One `event-series run` process (`OPERATOR.spawn` returns at once, `launch_op` once it is ready).
+pub use event_series_test_support::process::Operator as Op;
 
 /// A small deterministic generator (xorshift64*), so that a run is reproducible from its printed seed.
 #[derive(Clone, Debug)]
@@ -61,105 +66,33 @@ pub fn env_secs(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// One `event-series run` process (`Op::spawn` returns at once, `Op::launch` once it is ready).
-pub use crate::process::Operator as Op;
-
-/// The client-go emitter running in the background, its ground truth written to a file.
-pub struct Emitter {
-    child: Child,
-    output: PathBuf,
-}
-
-/// One line of the emitter's ground truth.
-#[derive(Debug, serde::Deserialize)]
-pub struct Truth {
-    pub regarding: TruthRef,
-    pub reason: String,
-    pub api_count: u64,
-}
-
-#[derive(Debug, serde::Deserialize)]
-pub struct TruthRef {
-    pub name: String,
-}
-
-impl Emitter {
-    pub fn spawn(kubeconfig: &Path, ns: &str, log: &str, args: &[&str]) -> Result<Emitter> {
-        let status = Command::new("bash")
-            .arg(repo_root().join("hack/build-envtest.sh"))
-            .arg("emitter")
-            .status()?;
-        if !status.success() {
-            bail!("building the emitter failed: {status}");
-        }
-        let dir = repo_root().join("target/faults-logs");
-        std::fs::create_dir_all(&dir)?;
-        let output = dir.join(format!("{log}.truth.json"));
-        let _ = std::fs::remove_file(&output);
-        let err = std::fs::File::create(dir.join(format!("{log}.emitter.log")))?;
-        let child = Command::new(repo_root().join("target/envtest/bin/emitter"))
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(["--namespace", ns, "--output"])
-            .arg(&output)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(err)
-            .spawn()?;
-        Ok(Emitter { child, output })
-    }
-
-    /// client-go's legacy recorder (`tools/record`, as the kubelet uses it) crash-looping `pods` Pods,
-    /// 24 occurrences each spread over the first 80 % of `storm`: slow enough to stay within its spam
-    /// filter's burst (25), so that no loop has a 5-minute hole.
-    pub fn legacy_crash_loops(
-        kubeconfig: &Path,
-        ns: &str,
-        pods: u32,
-        storm: Duration,
-        seed: u64,
-    ) -> Result<Emitter> {
-        let rate = format!("{:.3}", 24.0 / (storm.as_secs_f64() * 0.8));
-        let (pods, seed) = (pods.to_string(), seed.to_string());
-        let args = [
-            "--recorder",
-            "legacy",
-            "--scenario",
-            "crashloop",
-            "--pods",
-            &pods,
-            "--rate",
-            &rate,
-            "--count",
-            "24",
-            "--seed",
-            &seed,
-        ];
-        Emitter::spawn(kubeconfig, ns, ns, &args)
-    }
-
-    /// Waits for the emitter and returns its ground truth: occurrences per (regarding name, reason).
-    pub fn wait(mut self) -> Result<BTreeMap<(String, String), u64>> {
-        let status = self.child.wait()?;
-        if !status.success() {
-            bail!("emitter failed: {status}");
-        }
-        let truth: Vec<Truth> = serde_json::from_slice(&std::fs::read(&self.output)?)?;
-        Ok(truth
-            .into_iter()
-            .map(|t| ((t.regarding.name, t.reason), t.api_count))
-            .collect())
-    }
-}
-
-impl Drop for Emitter {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+/// client-go's legacy recorder (`tools/record`, as the kubelet uses it) crash-looping `pods` Pods in
+/// the background, 24 occurrences each spread over the first 80 % of `storm`: slow enough to stay
+/// within its spam filter's burst (25), so that no loop has a 5-minute hole.
+pub fn legacy_crash_loops(
+    kubeconfig: &Path,
+    ns: &str,
+    pods: u32,
+    storm: Duration,
+    seed: u64,
+) -> Result<Emitter> {
+    let rate = format!("{:.3}", 24.0 / (storm.as_secs_f64() * 0.8));
+    let (pods, seed) = (pods.to_string(), seed.to_string());
+    let args = [
+        "--recorder",
+        "legacy",
+        "--scenario",
+        "crashloop",
+        "--pods",
+        &pods,
+        "--rate",
+        &rate,
+        "--count",
+        "24",
+        "--seed",
+        &seed,
+    ];
+    Emitter::spawn(kubeconfig, ns, LOGS, ns, &args)
 }
 
 /// What the raw-event loops met on their way.
@@ -255,7 +188,7 @@ pub async fn crash_loop(
     let hard = stop + Duration::from_secs(600);
     // A random phase, so that the loops do not write in step.
     tokio::time::sleep(rng.millis(0, period.as_millis() as u64 + 1)).await;
-    let ev = crate::fixture::kubelet_backoff(&ns, &name, &pod, 1);
+    let ev = kubelet_backoff(&ns, &name, &pod, 1);
     let pp = PostParams::default();
     until_accepted(&stats, hard, true, || api.create(&pp, &ev)).await?;
     let mut count = 1u64;
@@ -306,14 +239,14 @@ pub fn crash_loops(
     set
 }
 
-/// [`Op::launch`] on a blocking thread: it waits for `/readyz` with plain sleeps, which must not hold
+/// `OPERATOR.launch` on a blocking thread: it waits for `/readyz` with plain sleeps, which must not hold
 /// up the runtime the storm's tasks run on.
 pub async fn launch_op(kubeconfig: &Path, log: &str, args: &[&str]) -> Result<Op> {
     let (kubeconfig, log) = (kubeconfig.to_owned(), log.to_owned());
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     tokio::task::spawn_blocking(move || {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        Op::launch(&kubeconfig, &log, &args)
+        OPERATOR.launch(&kubeconfig, &log, &args)
     })
     .await?
 }
@@ -336,8 +269,7 @@ impl Storm {
         stop: Instant,
         rng: &mut Rng,
     ) -> Result<Storm> {
-        let emitter =
-            Emitter::legacy_crash_loops(kubeconfig, ns, pods, storm, rng.next() % 1_000_000)?;
+        let emitter = legacy_crash_loops(kubeconfig, ns, pods, storm, rng.next() % 1_000_000)?;
         let stats = Arc::new(WriteStats::default());
         let loops = crash_loops(
             std::slice::from_ref(client),
@@ -420,8 +352,6 @@ pub async fn raw_truth(client: &kube::Client, ns: &str) -> Result<BTreeMap<(Stri
     }
     Ok(out)
 }
-
-pub use crate::fixture::{count, series, state};
 
 fn key_of(e: &Event) -> (String, String) {
     (

@@ -1,10 +1,11 @@
-//! The shared end-to-end fixture: one real kube-apiserver (with etcd) per test run, each test in a
-//! namespace of its own.
+//! The real kube-apiserver (with etcd) the end-to-end and fault tests run against, each test in a
+//! namespace of its own, and what they read back from it.
 //!
-//! The cluster is the one `EVENT_SERIES_E2E_KUBECONFIG` points to, or else one started through the
-//! harness (`hack/cluster-up.sh`) in `target/envtest-e2e`. `KUBECONFIG` is deliberately not used: it
-//! may point at a real cluster.
+//! The shared cluster is the one `EVENT_SERIES_E2E_KUBECONFIG` points to, or else one started through
+//! the harness (`hack/cluster-up.sh`) in `target/envtest-e2e`. `KUBECONFIG` is deliberately not used:
+//! it may point at a real cluster.
 
+use crate::repo_root;
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
@@ -14,10 +15,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
-
-pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 /// Path of the admin kubeconfig of the test cluster, starting it on first use.
 pub fn kubeconfig() -> &'static Path {
