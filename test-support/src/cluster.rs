@@ -391,45 +391,6 @@ pub fn operator_cluster_rules() -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
     ]
 }
 
-/// A kubelet-style legacy BackOff event about pod `pod`, counting `count` occurrences up to now: the
-/// raw event most end-to-end tests start from.
-pub fn kubelet_backoff(
-    ns: &str,
-    name: &str,
-    pod: &str,
-    count: i32,
-) -> k8s_openapi::api::core::v1::Event {
-    use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    let now = Time(k8s_openapi::jiff::Timestamp::now());
-    Event {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(ns.into()),
-            ..Default::default()
-        },
-        involved_object: ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            namespace: Some(ns.into()),
-            name: Some(pod.into()),
-            uid: Some(format!("uid-{pod}")),
-            ..Default::default()
-        },
-        reason: Some("BackOff".into()),
-        message: Some("Back-off restarting failed container".into()),
-        type_: Some("Warning".into()),
-        source: Some(EventSource {
-            component: Some("kubelet".into()),
-            host: Some("node-1".into()),
-        }),
-        count: Some(count),
-        first_timestamp: Some(now.clone()),
-        last_timestamp: Some(now),
-        ..Default::default()
-    }
-}
-
 /// The operator's series objects in a namespace (paginated).
 pub async fn series(client: &Client, ns: &str) -> Result<Vec<k8s_openapi::api::events::v1::Event>> {
     let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);

@@ -1,5 +1,6 @@
 //! What the event-series test suites, benchmarks and fuzz targets share, each written once:
 //!
+//! - [`raw`]: raw core/v1 Events as the kubelet's recorder writes them;
 //! - [`sim`]: a simulated cluster for engine tests (injected clock, no API server);
 //! - [`check`]: the invariants the fuzz targets check, with the events.k8s.io/v1 rules restated;
 //! - [`cluster`]: the real kube-apiserver the end-to-end tests run against, and what they read back;
@@ -12,6 +13,7 @@ pub mod check;
 pub mod cluster;
 pub mod emitter;
 pub mod process;
+pub mod raw;
 pub mod sim;
 
 use std::path::{Path, PathBuf};

@@ -4,12 +4,12 @@
 use crate::operator::{count, start_on, state, wait_for};
 use anyhow::Result;
 use event_series_test_support::cluster::{
-    Dedicated, TestNamespace, client_for, kubectl_on, kubelet_backoff, operator_cluster_rules,
-    operator_rules, service_account_kubeconfig,
+    Dedicated, TestNamespace, client_for, kubectl_on, operator_cluster_rules, operator_rules,
+    service_account_kubeconfig,
 };
+use event_series_test_support::raw::{kubelet_backoff, occurrence_patch};
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use std::path::Path;
 use std::time::Instant;
@@ -38,12 +38,10 @@ async fn legacy_loop(
     pod: &str,
     occurrences: i32,
 ) -> Result<()> {
-    let now = || Time(k8s_openapi::jiff::Timestamp::now());
     let ev = kubelet_backoff(ns, name, pod, 1);
     api.create(&PostParams::default(), &ev).await?;
     for c in 2..=occurrences {
-        let patch = serde_json::json!({"count": c, "lastTimestamp": now()});
-        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        api.patch(name, &PatchParams::default(), &occurrence_patch(c))
             .await?;
     }
     Ok(())
@@ -131,14 +129,12 @@ async fn expiring_watches_resume_without_relisting() -> Result<()> {
         ],
     )?;
     let api: Api<CoreEvent> = Api::namespaced(client.clone(), &ns.name);
-    let now = || Time(k8s_openapi::jiff::Timestamp::now());
     legacy_loop(&api, &ns.name, "slow", "web-0", 1).await?;
     // Occurrences spread over several watch lifetimes (the apiserver picks each timeout between
     // min-request-timeout and twice it).
     for c in 2..=12 {
         tokio::time::sleep(std::time::Duration::from_millis(700)).await;
-        let patch = serde_json::json!({"count": c, "lastTimestamp": now()});
-        api.patch("slow", &PatchParams::default(), &Patch::Merge(&patch))
+        api.patch("slow", &PatchParams::default(), &occurrence_patch(c))
             .await?;
     }
     let done = wait_for(
@@ -336,13 +332,12 @@ async fn throttled_writes_back_off_and_lose_nothing() -> Result<()> {
         let ns = ns.name.clone();
         tasks.spawn(async move {
             let name = format!("loop-{i}");
-            let now = || Time(k8s_openapi::jiff::Timestamp::now());
             let (pp, patch_params) = (PostParams::default(), PatchParams::default());
             let ev = kubelet_backoff(&ns, &name, &format!("pod-{i}"), 1);
             until_accepted(|| api.create(&pp, &ev)).await?;
             for c in 2..=OCCURRENCES {
                 tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-                let patch = Patch::Merge(serde_json::json!({"count": c, "lastTimestamp": now()}));
+                let patch = occurrence_patch(c);
                 until_accepted(|| api.patch(&name, &patch_params, &patch)).await?;
             }
             anyhow::Ok(())

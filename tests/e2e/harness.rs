@@ -5,9 +5,8 @@ use event_series::engine::Engine;
 use event_series::key;
 use event_series::mapping::to_event;
 use event_series::settings::Settings;
-use event_series_test_support::cluster::{
-    TestNamespace, client, kubeconfig, kubectl, kubelet_backoff,
-};
+use event_series_test_support::cluster::{TestNamespace, client, kubeconfig, kubectl};
+use event_series_test_support::raw::kubelet_backoff;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;

@@ -2,12 +2,11 @@
 
 use crate::OPERATOR;
 use anyhow::{Context, Result, bail};
-use event_series_test_support::cluster::{
-    TestNamespace, client, kubeconfig, kubectl, kubelet_backoff,
-};
+use event_series_test_support::cluster::{TestNamespace, client, kubeconfig, kubectl};
 pub use event_series_test_support::cluster::{count, series, state};
 use event_series_test_support::emitter::{Truth, emit_on};
 use event_series_test_support::process::Operator;
+use event_series_test_support::raw::kubelet_backoff;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::Api;
 use std::time::{Duration, Instant};

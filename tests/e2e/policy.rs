@@ -9,8 +9,9 @@ use crate::operator::{count, state, wait_for};
 use anyhow::{Result, bail};
 use event_series::policy::EventSeriesPolicy;
 use event_series_test_support::cluster::{
-    Dedicated, TestNamespace, apply_on, client, client_for, kubeconfig, kubelet_backoff,
+    Dedicated, TestNamespace, apply_on, client, client_for, kubeconfig,
 };
+use event_series_test_support::raw::kubelet_backoff;
 use kube::api::{Api, DeleteParams};
 use std::time::{Duration, Instant};
 

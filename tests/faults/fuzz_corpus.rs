@@ -3,7 +3,7 @@
 //! (`fuzz/regressions/`, one file per crash, kept after the fix): quick, so it runs with `just test`
 //! too.
 
-use event_series_test_support::cluster::kubelet_backoff;
+use event_series_test_support::raw::kubelet_backoff;
 use event_series_test_support::{check, repo_root};
 
 fn inputs(dir: &str) -> Vec<(String, Vec<u8>)> {

@@ -4,12 +4,11 @@
 
 use crate::{LOGS, OPERATOR};
 use anyhow::{Context, Result, bail};
-use event_series_test_support::cluster::kubelet_backoff;
 use event_series_test_support::emitter::Emitter;
+use event_series_test_support::raw::{kubelet_backoff, occurrence_patch};
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, PatchParams, PostParams};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -203,9 +202,8 @@ pub async fn crash_loop(
         if Instant::now() >= stop {
             return Ok(count);
         }
-        let now = Time(k8s_openapi::jiff::Timestamp::now());
         let occurred = Instant::now();
-        let patch = Patch::Merge(serde_json::json!({"count": count + 1, "lastTimestamp": now}));
+        let patch = occurrence_patch(count + 1);
         until_accepted(&stats, hard, false, || api.patch(&name, &params, &patch)).await?;
         let delay = occurred.elapsed().as_millis() as u64;
         stats.longest_delay_ms.fetch_max(delay, Ordering::Relaxed);
