@@ -5,7 +5,8 @@
 //! - [`check`]: the invariants the fuzz targets check, with the events.k8s.io/v1 rules restated;
 //! - [`cluster`]: the real kube-apiserver the end-to-end tests run against, and what they read back;
 //! - [`process`]: one `event-series run` process;
-//! - [`emitter`]: client-go's own recorders (the Go emitter of `tests/envtest`) and their ground truth.
+//! - [`emitter`]: client-go's own recorders (the Go emitter of `tests/envtest`) and their ground truth;
+//! - [`writes`]: raw event writes retried until the API accepts them.
 //!
 //! Not published: it exists for this repository's own targets.
 
@@ -15,6 +16,7 @@ pub mod emitter;
 pub mod process;
 pub mod raw;
 pub mod sim;
+pub mod writes;
 
 use std::path::{Path, PathBuf};
 

@@ -8,11 +8,12 @@ use event_series_test_support::cluster::{
     service_account_kubeconfig,
 };
 use event_series_test_support::raw::{kubelet_backoff, occurrence_patch};
+use event_series_test_support::writes::{WriteStats, until_accepted};
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Writes (POST, PUT, PATCH, DELETE) to events.k8s.io the apiserver has served, from its `/metrics`.
 fn events_k8s_io_writes(kubeconfig: &Path) -> Result<u64> {
@@ -218,22 +219,6 @@ async fn heartbeats_keep_a_series_alive_past_the_event_ttl() -> Result<()> {
     ns.cleanup().await
 }
 
-/// Retries a request the throttled apiserver answered 429 (the test's own load must get through).
-async fn until_accepted<T, F, Fut>(mut call: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = kube::Result<T>>,
-{
-    loop {
-        match call().await {
-            Err(kube::Error::Api(s)) if s.code == 429 => {
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await
-            }
-            other => return Ok(other?),
-        }
-    }
-}
-
 /// SPEC Writes: under 429s (max-inflight limits far below the storm, priority and fairness off so the
 /// apiserver rejects instead of queueing) the operator backs off and the final counts are still exact.
 ///
@@ -333,12 +318,18 @@ async fn throttled_writes_back_off_and_lose_nothing() -> Result<()> {
         tasks.spawn(async move {
             let name = format!("loop-{i}");
             let (pp, patch_params) = (PostParams::default(), PatchParams::default());
+            // The storm's own writes must get through the throttled apiserver.
+            let stats = WriteStats::default();
+            let deadline = Instant::now() + Duration::from_secs(600);
             let ev = kubelet_backoff(&ns, &name, &format!("pod-{i}"), 1);
-            until_accepted(|| api.create(&pp, &ev)).await?;
+            until_accepted(&stats, deadline, false, || api.create(&pp, &ev)).await?;
             for c in 2..=OCCURRENCES {
                 tokio::time::sleep(std::time::Duration::from_millis(300)).await;
                 let patch = occurrence_patch(c);
-                until_accepted(|| api.patch(&name, &patch_params, &patch)).await?;
+                until_accepted(&stats, deadline, false, || {
+                    api.patch(&name, &patch_params, &patch)
+                })
+                .await?;
             }
             anyhow::Ok(())
         });

@@ -3,7 +3,7 @@
 //! apiserver), the client-go emitter in the background, and the per-key check against the raw events.
 
 use crate::{LOGS, OPERATOR};
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use event_series_test_support::emitter::Emitter;
 use event_series_test_support::raw::{kubelet_backoff, occurrence_patch};
 use k8s_openapi::api::core::v1::Event as CoreEvent;
@@ -12,12 +12,14 @@ use kube::api::{Api, ListParams, PatchParams, PostParams};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 pub use event_series_test_support::cluster::{count, series, state};
 /// One `event-series run` process (`OPERATOR.spawn` returns at once, `launch_op` once it is ready).
 pub use event_series_test_support::process::Operator as Op;
+pub use event_series_test_support::writes::WriteStats;
+use event_series_test_support::writes::until_accepted;
 
 /// A small deterministic generator (xorshift64*), so that a run is reproducible from its printed seed.
 #[derive(Clone, Debug)]
@@ -92,78 +94,6 @@ pub fn legacy_crash_loops(
         &seed,
     ];
     Emitter::spawn(kubeconfig, ns, LOGS, ns, &args)
-}
-
-/// What the raw-event loops met on their way.
-#[derive(Debug, Default)]
-pub struct WriteStats {
-    pub writes: AtomicU64,
-    pub throttled: AtomicU64,
-    pub failed: AtomicU64,
-    pub timed_out: AtomicU64,
-    /// Longest time from an occurrence (its lastTimestamp) to the write that recorded it.
-    pub longest_delay_ms: AtomicU64,
-}
-
-impl WriteStats {
-    pub fn summary(&self) -> String {
-        format!(
-            "{} writes accepted, {} answered 429 (after the client's own retries), {} other \
-             failures and {} unanswered requests (30 s) retried, longest delay from an \
-             occurrence to its write {:.1}s",
-            self.writes.load(Ordering::Relaxed),
-            self.throttled.load(Ordering::Relaxed),
-            self.failed.load(Ordering::Relaxed),
-            self.timed_out.load(Ordering::Relaxed),
-            self.longest_delay_ms.load(Ordering::Relaxed) as f64 / 1000.0
-        )
-    }
-}
-
-/// Retries `call` until the API accepts it: through 429s, 5xx, and connection errors while the
-/// apiserver is down. `done_if_conflict`: a 409 means an earlier attempt went through (a create).
-async fn until_accepted<T, F, Fut>(
-    stats: &WriteStats,
-    deadline: Instant,
-    done_if_conflict: bool,
-    mut call: F,
-) -> Result<Option<T>>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = kube::Result<T>>,
-{
-    let mut pause = Duration::from_millis(20);
-    loop {
-        // A request the apiserver never answers (seen under the 429 storm) must not hang the loop:
-        // it is retried like a failure.
-        match tokio::time::timeout(Duration::from_secs(30), call()).await {
-            Ok(Ok(v)) => {
-                stats.writes.fetch_add(1, Ordering::Relaxed);
-                return Ok(Some(v));
-            }
-            Ok(Err(kube::Error::Api(s))) if s.code == 409 && done_if_conflict => {
-                stats.writes.fetch_add(1, Ordering::Relaxed);
-                return Ok(None);
-            }
-            Ok(Err(kube::Error::Api(s))) if s.code == 429 => {
-                stats.throttled.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok(Err(kube::Error::Api(s))) if s.code < 500 => {
-                bail!("write refused: {s:?}")
-            }
-            Ok(Err(_)) => {
-                stats.failed.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(_) => {
-                stats.timed_out.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        if Instant::now() > deadline {
-            bail!("a write was not accepted before the deadline");
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(500));
-    }
 }
 
 /// A kubelet-style crash loop written straight to the API: raw event `<prefix>-<i>` about pod
