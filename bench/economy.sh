@@ -2,7 +2,7 @@
 # Write economy on a real kube-apiserver: the API writes one crash-loop storm costs with
 #   legacy        client-go tools/record alone (the kubelet's recorder; core/v1 Events)
 #   events        client-go tools/events alone (events.k8s.io/v1, client-side series)
-#   kube-rs       kube::runtime::events::Recorder (kube 5; examples/kube_recorder.rs)
+#   kube-rs       kube::runtime::events::Recorder (kube 5; bench/kube_recorder.rs)
 #   event-series  tools/record + the event-series operator on top (SPEC default durations)
 # Each approach gets its own fresh apiserver (target/envtest-bench-econ-<approach>); the writes are
 # the apiserver's own apiserver_request_total for resource "events" (every verb but GET/LIST/WATCH,

@@ -72,6 +72,29 @@ pub async fn client_for(kubeconfig: &Path) -> Result<Client> {
     Ok(Client::try_from(config)?)
 }
 
+/// A client for the cluster `KUBECONFIG` names (else `~/.kube/config`, or the Pod's own): for the
+/// benchmark programs, which the scripts point at their private clusters that way.
+pub async fn client_from_env() -> Result<Client> {
+    Client::try_default().await.context("no usable kubeconfig")
+}
+
+/// Creates namespace `name` unless it exists.
+pub async fn ensure_namespace(client: &Client, name: &str) -> Result<()> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    match api.create(&PostParams::default(), &ns).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("creating namespace {name}")),
+    }
+}
+
 /// A cluster of one test's own, for apiserver flags the others must not see (short watch timeouts,
 /// low inflight limits, a short event TTL) or for counting the apiserver's own request metrics.
 /// Stopped when dropped.

@@ -6,15 +6,19 @@
 //! - [`cluster`]: the real kube-apiserver the end-to-end tests run against, and what they read back;
 //! - [`process`]: one `event-series run` process;
 //! - [`emitter`]: client-go's own recorders (the Go emitter of `tests/envtest`) and their ground truth;
-//! - [`writes`]: raw event writes retried until the API accepts them.
+//! - [`writes`]: raw event writes retried until the API accepts them;
+//! - [`load`]: raw event load for the end-to-end benchmarks (`bench/loader.rs`);
+//! - [`recorder`]: a crash-loop storm through kube-rs's Recorder (`bench/kube_recorder.rs`).
 //!
 //! Not published: it exists for this repository's own targets.
 
 pub mod check;
 pub mod cluster;
 pub mod emitter;
+pub mod load;
 pub mod process;
 pub mod raw;
+pub mod recorder;
 pub mod sim;
 pub mod writes;
 

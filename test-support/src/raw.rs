@@ -20,6 +20,11 @@ pub fn app_container(ns: &str, name: &str, uid: String) -> ObjectReference {
     }
 }
 
+/// The kubelet's message for a container in back-off.
+pub fn backoff_message(ns: &str, pod: &str) -> String {
+    format!("Back-off restarting failed container app in pod {pod}_{ns}")
+}
+
 /// What a legacy event counts: `count` occurrences, the first at `first`, the last at `last`.
 #[derive(Clone, Copy, Debug)]
 pub struct Occurrences {
@@ -98,4 +103,9 @@ pub fn occurrence_patch(count: impl Into<serde_json::Value>) -> Patch<serde_json
         "count": count.into(),
         "lastTimestamp": Time(Timestamp::now()),
     }))
+}
+
+/// Pod number `i` of a generated storm, `ns/name`: its container, with a uid made from `i`.
+pub fn numbered_pod(ns: &str, name: &str, i: u64) -> ObjectReference {
+    app_container(ns, name, format!("00000000-0000-4000-8000-{i:012}"))
 }
