@@ -16,7 +16,7 @@
 #   OUT (bench/results/economy)             where samples-<approach>.csv and <approach>.json go
 #   FINISH_AFTER, HEARTBEAT, WINDOW (SPEC defaults 6m, 30m, 6m): the operator's durations
 #   DRAIN (FINISH_AFTER + 90 s): how long to keep sampling after the storm for the operator's finish writes
-# Results: $OUT/<approach>.json, $OUT/samples-<approach>.csv, then `python3 hack/plot.py`.
+# Results: $OUT/<approach>.json, $OUT/samples-<approach>.csv, then `python3 bench/plot.py`.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -158,4 +158,4 @@ else
 fi
 jq -s '.' "$OUT"/*.json | jq 'map(select(type == "object" and has("approach")))' >"$OUT/../economy.json.tmp" &&
   mv "$OUT/../economy.json.tmp" "$OUT/../economy.json"
-log "done: $OUT (summary bench/results/economy.json); plot with: python3 hack/plot.py"
+log "done: $OUT (summary bench/results/economy.json); plot with: python3 bench/plot.py"
