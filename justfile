@@ -14,7 +14,7 @@ test: lint
     trap 'bash hack/cluster-down.sh' EXIT
     bash hack/build-envtest.sh   # apiserver, etcd, kubectl and the client-go emitter
     bash hack/cluster-up.sh
-    EVENT_SERIES_E2E_KUBECONFIG="$ENVTEST_DIR/kubeconfig" cargo test --all-targets
+    EVENT_SERIES_E2E_KUBECONFIG="$ENVTEST_DIR/kubeconfig" cargo test --workspace --all-targets
 
 # A local real kube-apiserver + etcd (kubeconfig target/envtest/kubeconfig, kubectl target/envtest/bin/kubectl).
 cluster-up:
@@ -24,10 +24,10 @@ cluster-up:
 cluster-down:
     bash hack/cluster-down.sh
 
-# Format check and clippy with warnings as errors.
+# Format check and clippy with warnings as errors, over the workspace (the operator and test-support/).
 lint:
     cargo fmt --all -- --check
-    cargo clippy --all-targets -- -D warnings
+    cargo clippy --workspace --all-targets -- -D warnings
 
 # Regenerate crds/ from the Rust types (a test fails when they differ).
 crds:
