@@ -5,9 +5,10 @@
 #
 # Dependency caching: BuildKit cache mounts (the cargo registry, git checkouts and target/) instead of
 # the "copy Cargo.toml, build a stub main.rs" trick. The stub must mirror every target the manifest
-# declares (lib, bin, the two [[bench]]es) and goes stale whenever they change; with cache mounts cargo's
-# own fingerprinting decides what to rebuild, so a source change recompiles only this crate. Cache
-# mounts need BuildKit (the default builder since Docker 23) and live on the builder, not in the image.
+# declares (lib, bin, benches, examples) and every workspace member (test-support/), and goes stale
+# whenever they change; with cache mounts cargo's own fingerprinting decides what to rebuild, so a
+# source change recompiles only this crate. Cache mounts need BuildKit (the default builder since
+# Docker 23) and live on the builder, not in the image.
 
 ARG RUST_VERSION=1.95
 

@@ -14,7 +14,7 @@ test: lint
     trap 'bash hack/cluster-down.sh' EXIT
     bash hack/build-envtest.sh   # apiserver, etcd, kubectl and the client-go emitter
     bash hack/cluster-up.sh
-    EVENT_SERIES_E2E_KUBECONFIG="$ENVTEST_DIR/kubeconfig" cargo test --all-targets
+    EVENT_SERIES_E2E_KUBECONFIG="$ENVTEST_DIR/kubeconfig" cargo test --workspace --all-targets
 
 # A local real kube-apiserver + etcd (kubeconfig target/envtest/kubeconfig, kubectl target/envtest/bin/kubectl).
 cluster-up:
@@ -24,10 +24,10 @@ cluster-up:
 cluster-down:
     bash hack/cluster-down.sh
 
-# Format check and clippy with warnings as errors.
+# Format check and clippy with warnings as errors, over the workspace (the operator and test-support/).
 lint:
     cargo fmt --all -- --check
-    cargo clippy --all-targets -- -D warnings
+    cargo clippy --workspace --all-targets -- -D warnings
 
 # Regenerate crds/ from the Rust types (a test fails when they differ).
 crds:
@@ -41,7 +41,7 @@ fmt:
 build:
     cargo build --release
 
-# The benchmarks (not part of `just test`); figures go to docs/BENCHMARKS.md. Ends with bench-e2e (about 45 min).
+# The benchmarks (not part of `just test`; bench/README.md lists them); figures go to docs/BENCHMARKS.md. Ends with bench-e2e (about 45 min).
 bench: && bench-e2e
     cargo bench --bench engine
     cargo bench --bench memory
@@ -57,12 +57,12 @@ bench-e2e: bench-build
     bash bench/bookmarks.sh
     bash bench/ingest.sh
     cargo bench --bench decode
-    python3 hack/plot.py
+    python3 bench/plot.py
 
 # API writes of one crash-loop storm: tools/record, tools/events, kube-rs Recorder, event-series (then the plot).
 bench-economy: bench-build
     bash bench/economy.sh
-    python3 hack/plot.py
+    python3 bench/plot.py
 
 # Operator RSS with 10,000 and 100,000 active series, and restart time to /readyz.
 bench-memory: bench-build
@@ -77,7 +77,7 @@ bench-ingest: bench-build
     bash bench/ingest.sh
     cargo bench --bench decode
 
-# What the end-to-end benchmarks run: the envtest binaries, the release operator, the kube-rs emitter, the loader.
+# What the end-to-end benchmarks run: the envtest binaries, the release operator, and the programs in bench/ (the kube-rs emitter, the loader).
 bench-build:
     bash hack/build-envtest.sh
     cargo build --release --bin event-series --example kube_recorder --example bench-loader

@@ -2,7 +2,7 @@
 # Write economy on a real kube-apiserver: the API writes one crash-loop storm costs with
 #   legacy        client-go tools/record alone (the kubelet's recorder; core/v1 Events)
 #   events        client-go tools/events alone (events.k8s.io/v1, client-side series)
-#   kube-rs       kube::runtime::events::Recorder (kube 5; examples/kube_recorder.rs)
+#   kube-rs       kube::runtime::events::Recorder (kube 5; bench/kube_recorder.rs)
 #   event-series  tools/record + the event-series operator on top (SPEC default durations)
 # Each approach gets its own fresh apiserver (target/envtest-bench-econ-<approach>); the writes are
 # the apiserver's own apiserver_request_total for resource "events" (every verb but GET/LIST/WATCH,
@@ -16,7 +16,7 @@
 #   OUT (bench/results/economy)             where samples-<approach>.csv and <approach>.json go
 #   FINISH_AFTER, HEARTBEAT, WINDOW (SPEC defaults 6m, 30m, 6m): the operator's durations
 #   DRAIN (FINISH_AFTER + 90 s): how long to keep sampling after the storm for the operator's finish writes
-# Results: $OUT/<approach>.json, $OUT/samples-<approach>.csv, then `python3 hack/plot.py`.
+# Results: $OUT/<approach>.json, $OUT/samples-<approach>.csv, then `python3 bench/plot.py`.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -158,4 +158,4 @@ else
 fi
 jq -s '.' "$OUT"/*.json | jq 'map(select(type == "object" and has("approach")))' >"$OUT/../economy.json.tmp" &&
   mv "$OUT/../economy.json.tmp" "$OUT/../economy.json"
-log "done: $OUT (summary bench/results/economy.json); plot with: python3 hack/plot.py"
+log "done: $OUT (summary bench/results/economy.json); plot with: python3 bench/plot.py"

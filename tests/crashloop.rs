@@ -1,12 +1,10 @@
 //! A 24-hour crash loop at one occurrence per second, on the injected clock, with the SPEC defaults.
 
-mod support;
-
 use chrono::TimeDelta;
 use event_series::engine::{FinishCause, WriteKind};
 use event_series::settings::Settings;
+use event_series_test_support::sim::*;
 use std::time::Instant;
-use support::*;
 
 fn run(new_style_event: bool) {
     let started = Instant::now();

@@ -1,14 +1,12 @@
 //! Lifecycle rules of the series engine (SPEC: Grouping, Output, Restart), on an injected clock.
 
-mod support;
-
 use chrono::TimeDelta;
 use event_series::engine::{Engine, EngineConfig, FinishCause, SeriesState, WriteKind};
 use event_series::key;
 use event_series::settings::{MatchFilter, Policy, PolicySet, Selector, Settings};
+use event_series_test_support::sim::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use support::*;
 
 fn secs(n: i64) -> TimeDelta {
     TimeDelta::seconds(n)

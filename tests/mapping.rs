@@ -1,22 +1,16 @@
 //! Odd raw events map to series objects that the events.k8s.io/v1 API accepts, and successive writes
-//! of one series never touch a field the API makes immutable. The rules, restated from the apiserver's
-//! `ValidateEventCreate`/`ValidateEventUpdate`, are the fuzz targets' (`fuzz/src/check.rs`); the
-//! end-to-end tests check them against the real apiserver.
+//! of one series never touch a field the API makes immutable. The rules, restated from the
+//! apiserver's `ValidateEventCreate`/`ValidateEventUpdate`, are the fuzz targets'
+//! (`event_series_test_support::check`); the end-to-end tests check them against the real apiserver.
 
-mod support;
-
-#[allow(dead_code)]
-#[path = "../fuzz/src/check.rs"]
-mod check;
-
-use check::immutable;
 use chrono::TimeDelta;
 use event_series::engine::{Engine, Intent};
 use event_series::key;
 use event_series::mapping::to_event;
+use event_series_test_support::check::{self, immutable};
+use event_series_test_support::sim::*;
 use k8s_openapi::api::core::v1::{Event, ObjectReference};
 use k8s_openapi::api::events::v1 as events;
-use support::*;
 
 /// The create rules, the raw namespace being a valid one.
 fn create_errors(e: &events::Event) -> Vec<String> {
@@ -171,12 +165,6 @@ fn bookkeeping_on_the_object_stays_under_one_kib() {
     let snap = &engine.active(now)[0];
     assert_eq!(snap.sources.len(), event_series::engine::MAX_SOURCES);
     let obj = to_event(snap);
-    let bytes: usize = obj
-        .metadata
-        .annotations
-        .iter()
-        .flatten()
-        .map(|(k, v)| k.len() + v.len())
-        .sum();
+    let bytes = check::annotation_bytes(&obj);
     assert!(bytes < 1024, "annotations take {bytes} bytes");
 }

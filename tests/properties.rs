@@ -1,12 +1,10 @@
 //! Property tests over random interleavings of many keys and raw objects.
 
-mod support;
-
 use chrono::TimeDelta;
 use event_series::engine::WriteKind;
+use event_series_test_support::sim::*;
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
-use support::*;
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]

@@ -1,11 +1,9 @@
 //! Restart equivalence: an engine stopped at a random point and rebuilt from what the API server holds
 //! (its series objects and the raw events) ends with the counts of one that never stopped.
 
-mod support;
-
 use chrono::TimeDelta;
+use event_series_test_support::sim::*;
 use proptest::prelude::*;
-use support::*;
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]

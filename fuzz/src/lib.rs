@@ -1,7 +1,8 @@
 //! Fuzz targets for event normalisation (`key::observe`) and mapping (`mapping::to_event`), through the
-//! engine. The invariants live in [`check`], which `tests/faults.rs` shares to replay saved inputs.
+//! engine. The invariants are the test-support crate's [`check`], which the `faults` suite also uses to
+//! replay saved inputs.
 
-pub mod check;
+pub use event_series_test_support::check;
 
 use arbitrary::Arbitrary;
 use chrono::TimeDelta;

@@ -1,15 +1,19 @@
 //! Tests that need an apiserver of their own: write economy counted from the apiserver's own
 //! `/metrics`, and a watch that the apiserver keeps expiring.
 
-use crate::fixture::{Dedicated, TestNamespace, client_for, kubectl_on};
-use crate::operator::{Operator, count, state, wait_for};
+use crate::operator::{count, start_on, state, wait_for};
 use anyhow::Result;
+use event_series_test_support::cluster::{
+    Dedicated, TestNamespace, client_for, kubectl_on, operator_cluster_rules, operator_rules,
+    service_account_kubeconfig,
+};
+use event_series_test_support::raw::{kubelet_backoff, occurrence_patch};
+use event_series_test_support::writes::{WriteStats, until_accepted};
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Writes (POST, PUT, PATCH, DELETE) to events.k8s.io the apiserver has served, from its `/metrics`.
 fn events_k8s_io_writes(kubeconfig: &Path) -> Result<u64> {
@@ -35,12 +39,10 @@ async fn legacy_loop(
     pod: &str,
     occurrences: i32,
 ) -> Result<()> {
-    let now = || Time(k8s_openapi::jiff::Timestamp::now());
-    let ev = crate::fixture::kubelet_backoff(ns, name, pod, 1);
+    let ev = kubelet_backoff(ns, name, pod, 1);
     api.create(&PostParams::default(), &ev).await?;
     for c in 2..=occurrences {
-        let patch = serde_json::json!({"count": c, "lastTimestamp": now()});
-        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        api.patch(name, &PatchParams::default(), &occurrence_patch(c))
             .await?;
     }
     Ok(())
@@ -54,7 +56,7 @@ async fn writes_per_series_are_independent_of_occurrences() -> Result<()> {
     let client = client_for(&cluster.kubeconfig).await?;
     let ns = TestNamespace::new(&client, "economy").await?;
     let heartbeat_secs = 4;
-    let op = Operator::start_on(
+    let op = start_on(
         &cluster.kubeconfig,
         &ns.name,
         &[
@@ -113,7 +115,7 @@ async fn expiring_watches_resume_without_relisting() -> Result<()> {
     )?;
     let client = client_for(&cluster.kubeconfig).await?;
     let ns = TestNamespace::new(&client, "expiry").await?;
-    let op = Operator::start_on(
+    let op = start_on(
         &cluster.kubeconfig,
         &ns.name,
         &[
@@ -128,14 +130,12 @@ async fn expiring_watches_resume_without_relisting() -> Result<()> {
         ],
     )?;
     let api: Api<CoreEvent> = Api::namespaced(client.clone(), &ns.name);
-    let now = || Time(k8s_openapi::jiff::Timestamp::now());
     legacy_loop(&api, &ns.name, "slow", "web-0", 1).await?;
     // Occurrences spread over several watch lifetimes (the apiserver picks each timeout between
     // min-request-timeout and twice it).
     for c in 2..=12 {
         tokio::time::sleep(std::time::Duration::from_millis(700)).await;
-        let patch = serde_json::json!({"count": c, "lastTimestamp": now()});
-        api.patch("slow", &PatchParams::default(), &Patch::Merge(&patch))
+        api.patch("slow", &PatchParams::default(), &occurrence_patch(c))
             .await?;
     }
     let done = wait_for(
@@ -168,7 +168,7 @@ async fn heartbeats_keep_a_series_alive_past_the_event_ttl() -> Result<()> {
     )?;
     let client = client_for(&cluster.kubeconfig).await?;
     let ns = TestNamespace::new(&client, "ttl").await?;
-    let _op = Operator::start_on(
+    let _op = start_on(
         &cluster.kubeconfig,
         &ns.name,
         &[
@@ -219,22 +219,6 @@ async fn heartbeats_keep_a_series_alive_past_the_event_ttl() -> Result<()> {
     ns.cleanup().await
 }
 
-/// Retries a request the throttled apiserver answered 429 (the test's own load must get through).
-async fn until_accepted<T, F, Fut>(mut call: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = kube::Result<T>>,
-{
-    loop {
-        match call().await {
-            Err(kube::Error::Api(s)) if s.code == 429 => {
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await
-            }
-            other => return Ok(other?),
-        }
-    }
-}
-
 /// SPEC Writes: under 429s (max-inflight limits far below the storm, priority and fairness off so the
 /// apiserver rejects instead of queueing) the operator backs off and the final counts are still exact.
 ///
@@ -257,16 +241,16 @@ async fn throttled_writes_back_off_and_lose_nothing() -> Result<()> {
     let client = client_for(&cluster.kubeconfig).await?;
     let ns = TestNamespace::new(&client, "throttled").await?;
     // As a ServiceAccount: the admin (system:masters) is exempt from inflight limits.
-    let as_sa = crate::fixture::service_account_kubeconfig(
+    let as_sa = service_account_kubeconfig(
         &client,
         &cluster.kubeconfig,
         &ns.name,
         "event-series",
-        crate::fixture::operator_rules(),
-        crate::fixture::operator_cluster_rules(),
+        operator_rules(),
+        operator_cluster_rules(),
     )
     .await?;
-    let op = Operator::start_on(
+    let op = start_on(
         &as_sa,
         &ns.name,
         // A window and a quiet time far longer than a throttled write of the operator waits; a
@@ -281,7 +265,7 @@ async fn throttled_writes_back_off_and_lose_nothing() -> Result<()> {
         ],
     )?;
     // A non-admin that patches ConfigMaps as fast as it can, so that the operator's writes meet 429s.
-    let noise = crate::fixture::service_account_kubeconfig(
+    let noise = service_account_kubeconfig(
         &client,
         &cluster.kubeconfig,
         &ns.name,
@@ -333,14 +317,19 @@ async fn throttled_writes_back_off_and_lose_nothing() -> Result<()> {
         let ns = ns.name.clone();
         tasks.spawn(async move {
             let name = format!("loop-{i}");
-            let now = || Time(k8s_openapi::jiff::Timestamp::now());
             let (pp, patch_params) = (PostParams::default(), PatchParams::default());
-            let ev = crate::fixture::kubelet_backoff(&ns, &name, &format!("pod-{i}"), 1);
-            until_accepted(|| api.create(&pp, &ev)).await?;
+            // The storm's own writes must get through the throttled apiserver.
+            let stats = WriteStats::default();
+            let deadline = Instant::now() + Duration::from_secs(600);
+            let ev = kubelet_backoff(&ns, &name, &format!("pod-{i}"), 1);
+            until_accepted(&stats, deadline, false, || api.create(&pp, &ev)).await?;
             for c in 2..=OCCURRENCES {
                 tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-                let patch = Patch::Merge(serde_json::json!({"count": c, "lastTimestamp": now()}));
-                until_accepted(|| api.patch(&name, &patch_params, &patch)).await?;
+                let patch = occurrence_patch(c);
+                until_accepted(&stats, deadline, false, || {
+                    api.patch(&name, &patch_params, &patch)
+                })
+                .await?;
             }
             anyhow::Ok(())
         });

@@ -1,9 +1,10 @@
 //! Two replicas with leader election: the standby takes over from a killed leader within the lease
 //! duration and the counts stay exact. The metrics server is scraped during the storm.
 
-use crate::fixture::{TestNamespace, client, kubeconfig};
-use crate::operator::{Operator, count, emit, state, wait_for};
+use crate::OPERATOR;
+use crate::operator::{count, emit, state, wait_for};
 use anyhow::{Result, bail};
+use event_series_test_support::cluster::{TestNamespace, client, kubeconfig};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use std::collections::BTreeMap;
@@ -64,7 +65,7 @@ async fn a_standby_takes_over_from_a_killed_leader_with_exact_counts() -> Result
     let launch = |id: &'static str| {
         let a = args(id);
         let a: Vec<&str> = a.iter().map(String::as_str).collect();
-        Operator::launch(kubeconfig(), &format!("{}-{id}", ns.name), &a)
+        OPERATOR.launch(kubeconfig(), &format!("{}-{id}", ns.name), &a)
     };
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
     let a = launch("a")?;

@@ -1,11 +1,12 @@
 //! The harness itself: the apiserver is real (events.k8s.io validation, RBAC, service-account tokens).
 
-use crate::fixture::{TestNamespace, client, kubectl};
 use chrono::{TimeDelta, Utc};
 use event_series::engine::Engine;
 use event_series::key;
 use event_series::mapping::to_event;
 use event_series::settings::Settings;
+use event_series_test_support::cluster::{TestNamespace, client, kubeconfig, kubectl};
+use event_series_test_support::raw::kubelet_backoff;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
@@ -28,7 +29,7 @@ async fn series_object_round_trips_through_events_k8s_io_v1() -> anyhow::Result<
     let client = client().await?;
     let ns = TestNamespace::new(&client, "round_trip").await?;
     let now = Utc::now();
-    let raw = crate::fixture::kubelet_backoff(&ns.name, "web-0.raw", "web-0", 3);
+    let raw = kubelet_backoff(&ns.name, "web-0.raw", "web-0", 3);
     let mut engine = Engine::with_settings(Settings::default());
     engine.observe(now, &key::observe(&raw)?);
     let created = engine.take_intents();
@@ -111,6 +112,6 @@ async fn a_service_account_without_bindings_cannot_list_secrets() -> anyhow::Res
 }
 
 async fn client_config() -> anyhow::Result<kube::Config> {
-    let kubeconfig = kube::config::Kubeconfig::read_from(crate::fixture::kubeconfig())?;
+    let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig())?;
     Ok(kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?)
 }

@@ -2,12 +2,15 @@
 //! the installed ServiceAccount's own token: its RBAC is sufficient for a whole series lifecycle and
 //! refuses everything else.
 
-use crate::fixture::{
-    Dedicated, TestNamespace, apply_on, client_for, kubectl_on, repo_root, token_kubeconfig,
-};
-use crate::operator::{Operator, count, emit_on, state, wait_for};
+use crate::OPERATOR;
+use crate::operator::{count, state, wait_for};
 use anyhow::{Context, Result};
 use event_series::policy::EventSeriesPolicy;
+use event_series_test_support::cluster::{
+    Dedicated, TestNamespace, apply_on, client_for, kubectl_on, token_kubeconfig,
+};
+use event_series_test_support::emitter::emit_on;
+use event_series_test_support::repo_root;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
@@ -135,7 +138,7 @@ async fn apply_k_installs_a_least_privilege_operator() -> Result<()> {
         &[],
     )?;
     let sa = token_kubeconfig(&client, kc, NS, "event-series").await?;
-    let op = Operator::launch(
+    let op = OPERATOR.launch(
         &sa,
         &ns.name,
         &[

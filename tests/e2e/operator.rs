@@ -1,71 +1,31 @@
 //! `event-series run` against the real apiserver, fed by client-go's own legacy recorder.
 
-use crate::fixture::{TestNamespace, client, kubeconfig, kubectl, repo_root};
-pub use crate::fixture::{count, series, state};
+use crate::OPERATOR;
 use anyhow::{Context, Result, bail};
+use event_series_test_support::cluster::{TestNamespace, client, kubeconfig, kubectl};
+pub use event_series_test_support::cluster::{count, series, state};
+use event_series_test_support::emitter::{Truth, emit_on};
+use event_series_test_support::process::Operator;
+use event_series_test_support::raw::kubelet_backoff;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::Api;
-use serde::Deserialize;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// One line of the emitter's ground truth.
-#[derive(Debug, Deserialize)]
-pub struct Truth {
-    pub regarding: Regarding,
-    pub reason: String,
-    pub api_count: u64,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct Regarding {
-    pub name: String,
-}
 
 /// Runs the client-go emitter against the shared cluster and returns its ground truth.
 pub fn emit(ns: &str, args: &[&str]) -> Result<Vec<Truth>> {
     emit_on(kubeconfig(), ns, args)
 }
 
-/// Runs the client-go emitter to completion and returns its ground truth.
-pub fn emit_on(kubeconfig: &std::path::Path, ns: &str, args: &[&str]) -> Result<Vec<Truth>> {
-    static BUILT: std::sync::Once = std::sync::Once::new();
-    BUILT.call_once(|| {
-        // Builds it when missing or stale; a no-op otherwise.
-        let _ = Command::new("bash")
-            .arg(repo_root().join("hack/build-envtest.sh"))
-            .arg("emitter")
-            .status();
-    });
-    let bin = repo_root().join("target/envtest/bin/emitter");
-    let out = Command::new(&bin)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(["--namespace", ns])
-        .args(args)
-        .stderr(Stdio::inherit())
-        .output()
-        .with_context(|| format!("running {}", bin.display()))?;
-    if !out.status.success() {
-        bail!("emitter failed: {}", out.status);
-    }
-    Ok(serde_json::from_slice(&out.stdout)?)
+/// An operator on the shared cluster, watching namespace `ns`.
+pub fn start(ns: &str, extra: &[&str]) -> Result<Operator> {
+    start_on(kubeconfig(), ns, extra)
 }
 
-/// A running operator, killed when dropped.
-pub use crate::process::Operator;
-
-impl Operator {
-    /// An operator on the shared cluster, watching namespace `ns`.
-    pub fn start(ns: &str, extra: &[&str]) -> Result<Operator> {
-        Operator::start_on(kubeconfig(), ns, extra)
-    }
-
-    pub fn start_on(kubeconfig: &std::path::Path, ns: &str, extra: &[&str]) -> Result<Operator> {
-        let mut args = vec!["--namespace", ns];
-        args.extend_from_slice(extra);
-        Operator::launch(kubeconfig, ns, &args)
-    }
+/// An operator on the cluster behind `kubeconfig`, watching namespace `ns`.
+pub fn start_on(kubeconfig: &std::path::Path, ns: &str, extra: &[&str]) -> Result<Operator> {
+    let mut args = vec!["--namespace", ns];
+    args.extend_from_slice(extra);
+    OPERATOR.launch(kubeconfig, ns, &args)
 }
 
 /// Polls until `check` holds for the namespace's series objects.
@@ -104,7 +64,7 @@ where
 async fn legacy_storm_becomes_one_series_per_loop_then_finishes() -> Result<()> {
     let client = client().await?;
     let ns = TestNamespace::new(&client, "legacy_storm").await?;
-    let op = Operator::start(
+    let op = start(
         &ns.name,
         &[
             "--finish-after",
@@ -247,7 +207,7 @@ async fn kill_9_mid_loop_keeps_one_object_and_the_exact_count() -> Result<()> {
         "--count",
         "15",
     ];
-    let first_op = Operator::start(&ns.name, &flags)?;
+    let first_op = start(&ns.name, &flags)?;
     let first = emit(&ns.name, &emitter)?;
     let objects = wait_for(
         &client,
@@ -262,7 +222,7 @@ async fn kill_9_mid_loop_keeps_one_object_and_the_exact_count() -> Result<()> {
     // The loop goes on while no operator runs (a new recorder process: a new raw object, same key).
     let second = emit(&ns.name, &emitter)?;
     let total: u64 = first.iter().chain(&second).map(|t| t.api_count).sum();
-    let _second_op = Operator::start(&ns.name, &flags)?;
+    let _second_op = start(&ns.name, &flags)?;
     let third = emit(&ns.name, &emitter)?;
     let total = total + third.iter().map(|t| t.api_count).sum::<u64>();
 
@@ -287,7 +247,7 @@ async fn kill_9_mid_loop_keeps_one_object_and_the_exact_count() -> Result<()> {
 async fn new_style_events_fold_by_series_count() -> Result<()> {
     let client = client().await?;
     let ns = TestNamespace::new(&client, "new_style").await?;
-    let _op = Operator::start(
+    let _op = start(
         &ns.name,
         &[
             "--finish-after",
@@ -349,7 +309,7 @@ async fn odd_raw_events_become_valid_series_objects() -> Result<()> {
     use kube::api::PostParams;
     let client = client().await?;
     let ns = TestNamespace::new(&client, "odd_input").await?;
-    let op = Operator::start(
+    let op = start(
         &ns.name,
         &[
             "--finish-after",
@@ -360,8 +320,7 @@ async fn odd_raw_events_become_valid_series_objects() -> Result<()> {
             "1h",
         ],
     )?;
-    let base =
-        |name: &str| crate::fixture::kubelet_backoff(&ns.name, name, &format!("pod-{name}"), 3);
+    let base = |name: &str| kubelet_backoff(&ns.name, name, &format!("pod-{name}"), 3);
     let mut odd = Vec::new();
     let mut e = base("no-source");
     e.source = None;

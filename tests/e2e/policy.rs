@@ -4,16 +4,20 @@
 //! Policies here select only their test's namespace (by `kubernetes.io/metadata.name`), so that the
 //! operators of other tests on the shared cluster are not affected.
 
-use crate::fixture::{Dedicated, TestNamespace, apply_on, client, client_for};
-use crate::operator::{Operator, count, state, wait_for};
+use crate::OPERATOR;
+use crate::operator::{count, state, wait_for};
 use anyhow::{Result, bail};
 use event_series::policy::EventSeriesPolicy;
+use event_series_test_support::cluster::{
+    Dedicated, TestNamespace, apply_on, client, client_for, kubeconfig,
+};
+use event_series_test_support::raw::kubelet_backoff;
 use kube::api::{Api, DeleteParams};
 use std::time::{Duration, Instant};
 
 /// Applies a manifest to the shared cluster.
 fn apply(yaml: &str, extra: &[&str]) -> Result<String> {
-    crate::fixture::apply_on(crate::fixture::kubeconfig(), yaml, extra)
+    apply_on(kubeconfig(), yaml, extra)
 }
 
 fn policy_yaml(name: &str, spec: &str) -> String {
@@ -118,7 +122,7 @@ async fn a_policy_applies_live_and_reports_its_status() -> Result<()> {
     let client = client_for(kc).await?;
     let ns = TestNamespace::new(&client, "policy_live").await?;
     // Flag defaults that would keep a series Ongoing for the whole test.
-    let op = Operator::launch(
+    let op = OPERATOR.launch(
         kc,
         &ns.name,
         &["--finish-after", "10m", "--series-window", "10m"],
@@ -126,11 +130,8 @@ async fn a_policy_applies_live_and_reports_its_status() -> Result<()> {
     let apply = |yaml: &str, extra: &[&str]| apply_on(kc, yaml, extra);
     let raw: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), &ns.name);
     let pp = Default::default();
-    raw.create(
-        &pp,
-        &crate::fixture::kubelet_backoff(&ns.name, "a", "pod-a", 3),
-    )
-    .await?;
+    raw.create(&pp, &kubelet_backoff(&ns.name, "a", "pod-a", 3))
+        .await?;
     wait_for(
         &client,
         &ns.name,
@@ -179,12 +180,9 @@ async fn a_policy_applies_live_and_reports_its_status() -> Result<()> {
     )?;
     let p = wait_status(&policies, &name, "True").await?;
     assert_eq!(p.metadata.generation, Some(2));
-    raw.create(
-        &pp,
-        &crate::fixture::kubelet_backoff(&ns.name, "b", "pod-b", 4),
-    )
-    .await?;
-    let mut unhealthy = crate::fixture::kubelet_backoff(&ns.name, "c", "pod-c", 4);
+    raw.create(&pp, &kubelet_backoff(&ns.name, "b", "pod-b", 4))
+        .await?;
+    let mut unhealthy = kubelet_backoff(&ns.name, "c", "pod-c", 4);
     unhealthy.reason = Some("Unhealthy".into());
     raw.create(&pp, &unhealthy).await?;
     let objs = wait_for(&client, &ns.name, "a series for Unhealthy", |objs| {

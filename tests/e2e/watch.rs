@@ -1,37 +1,18 @@
 //! The raw-event watch on the real apiserver: list, then watch, own objects excluded.
 
-use crate::fixture::{TestNamespace, client};
 use event_series::watch::{Step, raw_events};
+use event_series_test_support::cluster::{TestNamespace, client};
+use event_series_test_support::raw::{kubelet_backoff, operators_own};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Event, ObjectReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, PostParams};
-use std::collections::BTreeMap;
 use std::time::Duration;
 
+/// A raw event, labelled as one of the operator's own when `managed`.
 fn raw(ns: &str, name: &str, managed: bool) -> Event {
-    Event {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(ns.into()),
-            labels: managed.then(|| {
-                BTreeMap::from([(
-                    "app.kubernetes.io/managed-by".to_string(),
-                    "event-series".to_string(),
-                )])
-            }),
-            ..Default::default()
-        },
-        involved_object: ObjectReference {
-            kind: Some("Pod".into()),
-            namespace: Some(ns.into()),
-            name: Some("p".into()),
-            ..Default::default()
-        },
-        reason: Some("BackOff".into()),
-        count: Some(1),
-        ..Default::default()
-    }
+    let mut ev = kubelet_backoff(ns, name, "p", 1);
+    ev.metadata.labels = managed.then(operators_own);
+    ev
 }
 
 fn in_ns<'a>(step: &'a Step, ns: &str) -> Option<&'a Event> {

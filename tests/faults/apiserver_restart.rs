@@ -3,9 +3,10 @@
 //! port and the certificates survive, as in a real control-plane restart; the operator is never
 //! touched and must recover on its own, with exact counts.
 
-use crate::fixture::{Dedicated, TestNamespace, client_for, repo_root};
 use crate::support::*;
 use anyhow::{Context, Result, bail, ensure};
+use event_series_test_support::cluster::{Dedicated, TestNamespace, client_for};
+use event_series_test_support::repo_root;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

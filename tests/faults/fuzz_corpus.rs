@@ -1,9 +1,10 @@
-//! The fuzz targets' invariants (`fuzz/src/check.rs`) on every seed (real events captured from
-//! client-go recorders) and on every input a fuzz run found to fail (`fuzz/regressions/`, one file per
-//! crash, kept after the fix): quick, so it runs with `just test` too.
+//! The fuzz targets' invariants (`event_series_test_support::check`) on every seed (real events
+//! captured from client-go recorders) and on every input a fuzz run found to fail
+//! (`fuzz/regressions/`, one file per crash, kept after the fix): quick, so it runs with `just test`
+//! too.
 
-use crate::check;
-use crate::fixture::repo_root;
+use event_series_test_support::raw::kubelet_backoff;
+use event_series_test_support::{check, repo_root};
 
 fn inputs(dir: &str) -> Vec<(String, Vec<u8>)> {
     let dir = repo_root().join(dir);
@@ -51,7 +52,7 @@ fn inputs_that_once_failed_keep_the_fuzz_invariants() {
 /// Fixed in `Engine::observe` with a checked multiplication.
 #[test]
 fn a_huge_first_count_under_the_longest_series_window() {
-    let ev = crate::fixture::kubelet_backoff("team-a", "raw", "web-0", 1_701_523_318);
+    let ev = kubelet_backoff("team-a", "raw", "web-0", 1_701_523_318);
     let longest = chrono::TimeDelta::seconds(check::MAX_DURATION_SECONDS);
     check::check_event(
         &ev,

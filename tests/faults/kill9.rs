@@ -2,9 +2,10 @@
 //! state from its own series objects and the raw events; in the end every key has exactly one series
 //! object, Finished, with exactly the occurrences the raw events hold.
 
-use crate::fixture::{Dedicated, TestNamespace, client_for};
+use crate::OPERATOR;
 use crate::support::*;
 use anyhow::{Result, ensure};
+use event_series_test_support::cluster::{Dedicated, TestNamespace, client_for};
 use std::time::{Duration, Instant};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -54,7 +55,7 @@ async fn kill_9_at_random_points_of_a_storm_keeps_one_exact_object_per_loop() ->
         done += 1;
         tokio::time::sleep(rng.millis(0, 3000)).await;
         if rng.next().is_multiple_of(4) {
-            let early = Op::spawn(&kubeconfig, &log, &flags)?;
+            let early = OPERATOR.spawn(&kubeconfig, &log, &flags)?;
             tokio::time::sleep(rng.millis(50, 1500)).await;
             early.kill9()?;
             in_recovery += 1;

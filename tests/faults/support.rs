@@ -2,18 +2,24 @@
 //! is ready), loops of raw events written straight to the API (retrying through 429s, 5xx and a dead
 //! apiserver), the client-go emitter in the background, and the per-key check against the raw events.
 
-use crate::fixture::repo_root;
-use anyhow::{Context, Result, bail};
+use crate::{LOGS, OPERATOR};
+use anyhow::{Context, Result};
+use event_series_test_support::emitter::Emitter;
+use event_series_test_support::raw::{kubelet_backoff, occurrence_patch};
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, PatchParams, PostParams};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+
+pub use event_series_test_support::cluster::{count, series, state};
+/// One `event-series run` process (`OPERATOR.spawn` returns at once, `launch_op` once it is ready).
+pub use event_series_test_support::process::Operator as Op;
+pub use event_series_test_support::writes::WriteStats;
+use event_series_test_support::writes::until_accepted;
 
 /// A small deterministic generator (xorshift64*), so that a run is reproducible from its printed seed.
 #[derive(Clone, Debug)]
@@ -61,177 +67,33 @@ pub fn env_secs(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// One `event-series run` process (`Op::spawn` returns at once, `Op::launch` once it is ready).
-pub use crate::process::Operator as Op;
-
-/// The client-go emitter running in the background, its ground truth written to a file.
-pub struct Emitter {
-    child: Child,
-    output: PathBuf,
-}
-
-/// One line of the emitter's ground truth.
-#[derive(Debug, serde::Deserialize)]
-pub struct Truth {
-    pub regarding: TruthRef,
-    pub reason: String,
-    pub api_count: u64,
-}
-
-#[derive(Debug, serde::Deserialize)]
-pub struct TruthRef {
-    pub name: String,
-}
-
-impl Emitter {
-    pub fn spawn(kubeconfig: &Path, ns: &str, log: &str, args: &[&str]) -> Result<Emitter> {
-        let status = Command::new("bash")
-            .arg(repo_root().join("hack/build-envtest.sh"))
-            .arg("emitter")
-            .status()?;
-        if !status.success() {
-            bail!("building the emitter failed: {status}");
-        }
-        let dir = repo_root().join("target/faults-logs");
-        std::fs::create_dir_all(&dir)?;
-        let output = dir.join(format!("{log}.truth.json"));
-        let _ = std::fs::remove_file(&output);
-        let err = std::fs::File::create(dir.join(format!("{log}.emitter.log")))?;
-        let child = Command::new(repo_root().join("target/envtest/bin/emitter"))
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(["--namespace", ns, "--output"])
-            .arg(&output)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(err)
-            .spawn()?;
-        Ok(Emitter { child, output })
-    }
-
-    /// client-go's legacy recorder (`tools/record`, as the kubelet uses it) crash-looping `pods` Pods,
-    /// 24 occurrences each spread over the first 80 % of `storm`: slow enough to stay within its spam
-    /// filter's burst (25), so that no loop has a 5-minute hole.
-    pub fn legacy_crash_loops(
-        kubeconfig: &Path,
-        ns: &str,
-        pods: u32,
-        storm: Duration,
-        seed: u64,
-    ) -> Result<Emitter> {
-        let rate = format!("{:.3}", 24.0 / (storm.as_secs_f64() * 0.8));
-        let (pods, seed) = (pods.to_string(), seed.to_string());
-        let args = [
-            "--recorder",
-            "legacy",
-            "--scenario",
-            "crashloop",
-            "--pods",
-            &pods,
-            "--rate",
-            &rate,
-            "--count",
-            "24",
-            "--seed",
-            &seed,
-        ];
-        Emitter::spawn(kubeconfig, ns, ns, &args)
-    }
-
-    /// Waits for the emitter and returns its ground truth: occurrences per (regarding name, reason).
-    pub fn wait(mut self) -> Result<BTreeMap<(String, String), u64>> {
-        let status = self.child.wait()?;
-        if !status.success() {
-            bail!("emitter failed: {status}");
-        }
-        let truth: Vec<Truth> = serde_json::from_slice(&std::fs::read(&self.output)?)?;
-        Ok(truth
-            .into_iter()
-            .map(|t| ((t.regarding.name, t.reason), t.api_count))
-            .collect())
-    }
-}
-
-impl Drop for Emitter {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// What the raw-event loops met on their way.
-#[derive(Debug, Default)]
-pub struct WriteStats {
-    pub writes: AtomicU64,
-    pub throttled: AtomicU64,
-    pub failed: AtomicU64,
-    pub timed_out: AtomicU64,
-    /// Longest time from an occurrence (its lastTimestamp) to the write that recorded it.
-    pub longest_delay_ms: AtomicU64,
-}
-
-impl WriteStats {
-    pub fn summary(&self) -> String {
-        format!(
-            "{} writes accepted, {} answered 429 (after the client's own retries), {} other \
-             failures and {} unanswered requests (30 s) retried, longest delay from an \
-             occurrence to its write {:.1}s",
-            self.writes.load(Ordering::Relaxed),
-            self.throttled.load(Ordering::Relaxed),
-            self.failed.load(Ordering::Relaxed),
-            self.timed_out.load(Ordering::Relaxed),
-            self.longest_delay_ms.load(Ordering::Relaxed) as f64 / 1000.0
-        )
-    }
-}
-
-/// Retries `call` until the API accepts it: through 429s, 5xx, and connection errors while the
-/// apiserver is down. `done_if_conflict`: a 409 means an earlier attempt went through (a create).
-async fn until_accepted<T, F, Fut>(
-    stats: &WriteStats,
-    deadline: Instant,
-    done_if_conflict: bool,
-    mut call: F,
-) -> Result<Option<T>>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = kube::Result<T>>,
-{
-    let mut pause = Duration::from_millis(20);
-    loop {
-        // A request the apiserver never answers (seen under the 429 storm) must not hang the loop:
-        // it is retried like a failure.
-        match tokio::time::timeout(Duration::from_secs(30), call()).await {
-            Ok(Ok(v)) => {
-                stats.writes.fetch_add(1, Ordering::Relaxed);
-                return Ok(Some(v));
-            }
-            Ok(Err(kube::Error::Api(s))) if s.code == 409 && done_if_conflict => {
-                stats.writes.fetch_add(1, Ordering::Relaxed);
-                return Ok(None);
-            }
-            Ok(Err(kube::Error::Api(s))) if s.code == 429 => {
-                stats.throttled.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok(Err(kube::Error::Api(s))) if s.code < 500 => {
-                bail!("write refused: {s:?}")
-            }
-            Ok(Err(_)) => {
-                stats.failed.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(_) => {
-                stats.timed_out.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        if Instant::now() > deadline {
-            bail!("a write was not accepted before the deadline");
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(500));
-    }
+/// client-go's legacy recorder (`tools/record`, as the kubelet uses it) crash-looping `pods` Pods in
+/// the background, 24 occurrences each spread over the first 80 % of `storm`: slow enough to stay
+/// within its spam filter's burst (25), so that no loop has a 5-minute hole.
+pub fn legacy_crash_loops(
+    kubeconfig: &Path,
+    ns: &str,
+    pods: u32,
+    storm: Duration,
+    seed: u64,
+) -> Result<Emitter> {
+    let rate = format!("{:.3}", 24.0 / (storm.as_secs_f64() * 0.8));
+    let (pods, seed) = (pods.to_string(), seed.to_string());
+    let args = [
+        "--recorder",
+        "legacy",
+        "--scenario",
+        "crashloop",
+        "--pods",
+        &pods,
+        "--rate",
+        &rate,
+        "--count",
+        "24",
+        "--seed",
+        &seed,
+    ];
+    Emitter::spawn(kubeconfig, ns, LOGS, ns, &args)
 }
 
 /// A kubelet-style crash loop written straight to the API: raw event `<prefix>-<i>` about pod
@@ -255,7 +117,7 @@ pub async fn crash_loop(
     let hard = stop + Duration::from_secs(600);
     // A random phase, so that the loops do not write in step.
     tokio::time::sleep(rng.millis(0, period.as_millis() as u64 + 1)).await;
-    let ev = crate::fixture::kubelet_backoff(&ns, &name, &pod, 1);
+    let ev = kubelet_backoff(&ns, &name, &pod, 1);
     let pp = PostParams::default();
     until_accepted(&stats, hard, true, || api.create(&pp, &ev)).await?;
     let mut count = 1u64;
@@ -270,9 +132,8 @@ pub async fn crash_loop(
         if Instant::now() >= stop {
             return Ok(count);
         }
-        let now = Time(k8s_openapi::jiff::Timestamp::now());
         let occurred = Instant::now();
-        let patch = Patch::Merge(serde_json::json!({"count": count + 1, "lastTimestamp": now}));
+        let patch = occurrence_patch(count + 1);
         until_accepted(&stats, hard, false, || api.patch(&name, &params, &patch)).await?;
         let delay = occurred.elapsed().as_millis() as u64;
         stats.longest_delay_ms.fetch_max(delay, Ordering::Relaxed);
@@ -306,14 +167,14 @@ pub fn crash_loops(
     set
 }
 
-/// [`Op::launch`] on a blocking thread: it waits for `/readyz` with plain sleeps, which must not hold
+/// `OPERATOR.launch` on a blocking thread: it waits for `/readyz` with plain sleeps, which must not hold
 /// up the runtime the storm's tasks run on.
 pub async fn launch_op(kubeconfig: &Path, log: &str, args: &[&str]) -> Result<Op> {
     let (kubeconfig, log) = (kubeconfig.to_owned(), log.to_owned());
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     tokio::task::spawn_blocking(move || {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        Op::launch(&kubeconfig, &log, &args)
+        OPERATOR.launch(&kubeconfig, &log, &args)
     })
     .await?
 }
@@ -336,8 +197,7 @@ impl Storm {
         stop: Instant,
         rng: &mut Rng,
     ) -> Result<Storm> {
-        let emitter =
-            Emitter::legacy_crash_loops(kubeconfig, ns, pods, storm, rng.next() % 1_000_000)?;
+        let emitter = legacy_crash_loops(kubeconfig, ns, pods, storm, rng.next() % 1_000_000)?;
         let stats = Arc::new(WriteStats::default());
         let loops = crash_loops(
             std::slice::from_ref(client),
@@ -420,8 +280,6 @@ pub async fn raw_truth(client: &kube::Client, ns: &str) -> Result<BTreeMap<(Stri
     }
     Ok(out)
 }
-
-pub use crate::fixture::{count, series, state};
 
 fn key_of(e: &Event) -> (String, String) {
     (

@@ -8,12 +8,12 @@
 //! objects, and splits are reported. `FAULTS_STORM_SECONDS` shortens the storm for a local check;
 //! `just faults` runs the full 10 minutes.
 
-use crate::fixture::{
+use crate::support::*;
+use anyhow::{Result, ensure};
+use event_series_test_support::cluster::{
     Dedicated, TestNamespace, client_for, operator_cluster_rules, operator_rules,
     service_account_kubeconfig,
 };
-use crate::support::*;
-use anyhow::{Result, ensure};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

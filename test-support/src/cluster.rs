@@ -1,10 +1,11 @@
-//! The shared end-to-end fixture: one real kube-apiserver (with etcd) per test run, each test in a
-//! namespace of its own.
+//! The real kube-apiserver (with etcd) the end-to-end and fault tests run against, each test in a
+//! namespace of its own, and what they read back from it.
 //!
-//! The cluster is the one `EVENT_SERIES_E2E_KUBECONFIG` points to, or else one started through the
-//! harness (`hack/cluster-up.sh`) in `target/envtest-e2e`. `KUBECONFIG` is deliberately not used: it
-//! may point at a real cluster.
+//! The shared cluster is the one `EVENT_SERIES_E2E_KUBECONFIG` points to, or else one started through
+//! the harness (`hack/cluster-up.sh`) in `target/envtest-e2e`. `KUBECONFIG` is deliberately not used:
+//! it may point at a real cluster.
 
+use crate::repo_root;
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
@@ -14,10 +15,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
-
-pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 /// Path of the admin kubeconfig of the test cluster, starting it on first use.
 pub fn kubeconfig() -> &'static Path {
@@ -73,6 +70,29 @@ pub async fn client_for(kubeconfig: &Path) -> Result<Client> {
     let kubeconfig = Kubeconfig::read_from(kubeconfig)?;
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
     Ok(Client::try_from(config)?)
+}
+
+/// A client for the cluster `KUBECONFIG` names (else `~/.kube/config`, or the Pod's own): for the
+/// benchmark programs, which the scripts point at their private clusters that way.
+pub async fn client_from_env() -> Result<Client> {
+    Client::try_default().await.context("no usable kubeconfig")
+}
+
+/// Creates namespace `name` unless it exists.
+pub async fn ensure_namespace(client: &Client, name: &str) -> Result<()> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    match api.create(&PostParams::default(), &ns).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("creating namespace {name}")),
+    }
 }
 
 /// A cluster of one test's own, for apiserver flags the others must not see (short watch timeouts,
@@ -392,45 +412,6 @@ pub fn operator_cluster_rules() -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
         ),
         rule("", "namespaces", &["list", "watch"]),
     ]
-}
-
-/// A kubelet-style legacy BackOff event about pod `pod`, counting `count` occurrences up to now: the
-/// raw event most end-to-end tests start from.
-pub fn kubelet_backoff(
-    ns: &str,
-    name: &str,
-    pod: &str,
-    count: i32,
-) -> k8s_openapi::api::core::v1::Event {
-    use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    let now = Time(k8s_openapi::jiff::Timestamp::now());
-    Event {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(ns.into()),
-            ..Default::default()
-        },
-        involved_object: ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            namespace: Some(ns.into()),
-            name: Some(pod.into()),
-            uid: Some(format!("uid-{pod}")),
-            ..Default::default()
-        },
-        reason: Some("BackOff".into()),
-        message: Some("Back-off restarting failed container".into()),
-        type_: Some("Warning".into()),
-        source: Some(EventSource {
-            component: Some("kubelet".into()),
-            host: Some("node-1".into()),
-        }),
-        count: Some(count),
-        first_timestamp: Some(now.clone()),
-        last_timestamp: Some(now),
-        ..Default::default()
-    }
 }
 
 /// The operator's series objects in a namespace (paginated).

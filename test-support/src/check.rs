@@ -1,7 +1,6 @@
-//! The invariants the fuzz targets check for one raw core/v1 Event. Shared (through `#[path]`) with
-//! `tests/faults.rs`, which replays the seed corpus and every saved crash through it on `just test`.
-//!
-//! Depends only on crates the operator itself depends on, so that both builds can compile it.
+//! The invariants the fuzz targets (`fuzz/`) check for one raw core/v1 Event. The `faults` suite
+//! replays the seed corpus and every saved crash through them, and the `mapping` suite uses the
+//! events.k8s.io/v1 rules restated here.
 //!
 //! For an event the API server could hold (times within years 1–9999, as Go marshals them):
 //! 1. `key::observe` never panics; an observation has `count >= 1`, `first <= last`, a namespace;
@@ -168,14 +167,10 @@ pub fn create_errors(e: &events::Event, check_namespace: bool) -> Vec<String> {
     for (k, v) in e.metadata.labels.iter().flatten() {
         check(is_qualified_name(k) && is_label_value(v), "metadata.labels");
     }
-    let annotations: usize = e
-        .metadata
-        .annotations
-        .iter()
-        .flatten()
-        .map(|(k, v)| k.len() + v.len())
-        .sum();
-    check(annotations <= 256 * 1024, "metadata.annotations size");
+    check(
+        annotation_bytes(e) <= 256 * 1024,
+        "metadata.annotations size",
+    );
     check(e.event_time.as_ref().is_some_and(time_ok), "eventTime");
     match &e.series {
         Some(series) => {
@@ -219,6 +214,16 @@ pub fn create_errors(e: &events::Event, check_namespace: bool) -> Vec<String> {
         "deprecated fields unset",
     );
     errs
+}
+
+/// The size of an object's annotations as the apiserver limits it: keys and values, in bytes.
+pub fn annotation_bytes(e: &events::Event) -> usize {
+    e.metadata
+        .annotations
+        .iter()
+        .flatten()
+        .map(|(k, v)| k.len() + v.len())
+        .sum()
 }
 
 /// The fields `ValidateEventUpdate` makes immutable.

@@ -1,36 +1,39 @@
 //! One `event-series run` process, as the end-to-end and the fault tests start it: logs in
-//! `target/<crate>-logs/<name>.log` (the including crate sets [`crate::LOGS`]), the metrics server on
-//! a free port, SIGKILL when dropped, so that a failing test leaves nothing running.
+//! `<logs>/<name>.log`, the metrics server on a free port, SIGKILL when dropped, so that a failing test
+//! leaves nothing running.
 
-use crate::fixture::repo_root;
+use crate::repo_root;
 use anyhow::{Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub struct Operator {
-    child: Child,
-    /// `http://127.0.0.1:<port>` of its metrics server.
-    pub metrics: String,
-    pub log: PathBuf,
+/// How a suite runs the operator: cargo tells only the package's own integration tests where it
+/// built the binary (`env!("CARGO_BIN_EXE_event-series")`), and each suite keeps its logs apart.
+#[derive(Clone, Copy, Debug)]
+pub struct Launcher {
+    /// The `event-series` binary.
+    pub bin: &'static str,
+    /// Where the logs go, relative to the repository root.
+    pub logs: &'static str,
 }
 
-impl Operator {
-    /// `event-series run` with exactly `args` (plus a free metrics address); returns at once, while it
-    /// may still be recovering.
-    pub fn spawn(kubeconfig: &Path, log: &str, args: &[&str]) -> Result<Operator> {
+impl Launcher {
+    /// `event-series run` with exactly `args` (plus a free metrics address), its log
+    /// `<logs>/<log>.log`; returns at once, while it may still be recovering.
+    pub fn spawn(&self, kubeconfig: &Path, log: &str, args: &[&str]) -> Result<Operator> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
         let addr = format!("127.0.0.1:{port}");
-        let dir = repo_root().join(crate::LOGS);
+        let dir = repo_root().join(self.logs);
         std::fs::create_dir_all(&dir)?;
         let log_path = dir.join(format!("{log}.log"));
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&log_path)?;
-        let child = Command::new(env!("CARGO_BIN_EXE_event-series"))
+        let child = Command::new(self.bin)
             .args(["run", "--metrics-addr", &addr])
             .args(args)
             .env("KUBECONFIG", kubeconfig)
@@ -46,13 +49,23 @@ impl Operator {
         })
     }
 
-    /// [`Operator::spawn`], then waits until `/readyz` answers 200.
-    pub fn launch(kubeconfig: &Path, log: &str, args: &[&str]) -> Result<Operator> {
-        let mut op = Operator::spawn(kubeconfig, log, args)?;
+    /// [`Launcher::spawn`], then waits until `/readyz` answers 200.
+    pub fn launch(&self, kubeconfig: &Path, log: &str, args: &[&str]) -> Result<Operator> {
+        let mut op = self.spawn(kubeconfig, log, args)?;
         op.wait_ready(Duration::from_secs(120))?;
         Ok(op)
     }
+}
 
+/// A running operator, killed when dropped.
+pub struct Operator {
+    child: Child,
+    /// `http://127.0.0.1:<port>` of its metrics server.
+    pub metrics: String,
+    pub log: PathBuf,
+}
+
+impl Operator {
     /// GET one path of the metrics server: status code and body.
     pub fn get(&self, path: &str) -> Option<(u16, String)> {
         use std::io::{Read, Write};
@@ -72,7 +85,7 @@ impl Operator {
     }
 
     /// Until `/readyz` answers 200; fails at once if the process exits.
-    pub fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
+    fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
             if let Some(status) = self.child.try_wait()? {

@@ -1,20 +1,21 @@
 //! A simulated cluster for engine tests: raw core/v1 Events written by emitters, an injected clock, and
 //! a store that applies write intents the way the API server would. No API server, no I/O.
-#![allow(dead_code)]
 
+use crate::raw::{Occurrences, app_container, kubelet};
 use chrono::{DateTime, TimeDelta, Utc};
 use event_series::engine::{Engine, Intent, SeriesState, WriteKind};
 use event_series::key;
 use event_series::mapping::to_event;
 use event_series::recovery;
 use event_series::settings::{PolicySet, Settings};
-use k8s_openapi::api::core::v1::{Event, EventSeries, EventSource, ObjectReference};
+use k8s_openapi::api::core::v1::{Event, EventSeries, ObjectReference};
 use k8s_openapi::api::events::v1 as events;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
+/// The simulation's epoch: a fixed instant, so that runs are reproducible.
 pub fn t0() -> DateTime<Utc> {
     DateTime::from_timestamp(1_800_000_000, 0).unwrap()
 }
@@ -24,30 +25,15 @@ pub fn jiff(t: DateTime<Utc>) -> Timestamp {
 }
 
 pub fn pod(ns: &str, name: &str) -> ObjectReference {
-    ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("Pod".into()),
-        namespace: Some(ns.into()),
-        name: Some(name.into()),
-        uid: Some(format!("uid-{ns}-{name}")),
-        field_path: Some("spec.containers{app}".into()),
-        resource_version: None,
-    }
+    app_container(ns, name, format!("uid-{ns}-{name}"))
 }
 
-fn raw_event(ns: &str, name: &str, regarding: ObjectReference, reason: &str) -> Event {
-    Event {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(ns.into()),
-            uid: Some(format!("raw-{ns}-{name}")),
-            ..Default::default()
-        },
-        involved_object: regarding,
-        reason: Some(reason.into()),
-        message: Some(format!("{reason} happened")),
-        ..Default::default()
-    }
+fn raw_uid(ns: &str, name: &str) -> Option<String> {
+    Some(format!("raw-{ns}-{name}"))
+}
+
+fn message(reason: &str) -> String {
+    format!("{reason} happened")
 }
 
 /// A legacy (tools/record style) event with `count` occurrences between `first` and `last`.
@@ -60,17 +46,14 @@ pub fn legacy(
     first: DateTime<Utc>,
     last: DateTime<Utc>,
 ) -> Event {
-    Event {
-        type_: Some("Warning".into()),
-        source: Some(EventSource {
-            component: Some("kubelet".into()),
-            host: Some("node-1".into()),
-        }),
-        count: Some(count),
-        first_timestamp: Some(Time(jiff(first))),
-        last_timestamp: Some(Time(jiff(last))),
-        ..raw_event(ns, name, regarding, reason)
-    }
+    let seen = Occurrences {
+        count,
+        first: jiff(first),
+        last: jiff(last),
+    };
+    let mut ev = kubelet(ns, name, regarding, reason, message(reason), seen);
+    ev.metadata.uid = raw_uid(ns, name);
+    ev
 }
 
 /// A new-style (tools/events style) event; `count` 1 means no series yet.
@@ -84,6 +67,15 @@ pub fn new_style(
     last: DateTime<Utc>,
 ) -> Event {
     Event {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            uid: raw_uid(ns, name),
+            ..Default::default()
+        },
+        involved_object: regarding,
+        reason: Some(reason.into()),
+        message: Some(message(reason)),
         action: Some("Restart".into()),
         type_: Some("Normal".into()),
         reporting_component: Some("example.com/controller".into()),
@@ -93,7 +85,7 @@ pub fn new_style(
             count: Some(count),
             last_observed_time: Some(MicroTime(jiff(last))),
         }),
-        ..raw_event(ns, name, regarding, reason)
+        ..Default::default()
     }
 }
 
@@ -110,19 +102,11 @@ pub fn fast_settings() -> Settings {
 #[derive(Default)]
 pub struct Store {
     pub objects: BTreeMap<(String, String), events::Event>,
-    pub creates: usize,
-    pub heartbeats: usize,
-    pub finishes: usize,
 }
 
 impl Store {
-    pub fn apply(&mut self, intents: &[Intent]) {
+    fn apply(&mut self, intents: &[Intent]) {
         for i in intents {
-            match i.kind {
-                WriteKind::Create => self.creates += 1,
-                WriteKind::Heartbeat => self.heartbeats += 1,
-                WriteKind::Finish(_) => self.finishes += 1,
-            }
             let ev = to_event(&i.series);
             let id = (
                 ev.metadata.namespace.clone().unwrap(),
@@ -157,8 +141,8 @@ pub struct Sim {
     pub engine: Engine,
     pub store: Store,
     pub now: DateTime<Utc>,
-    pub rv: u64,
-    pub raws: BTreeMap<String, Event>,
+    rv: u64,
+    raws: BTreeMap<String, Event>,
     pub intents: Vec<Intent>,
     pub fed: u64,
     policies: PolicySet,
@@ -186,7 +170,7 @@ impl Sim {
         self.flush();
     }
 
-    pub fn flush(&mut self) {
+    fn flush(&mut self) {
         let intents = self.engine.take_intents();
         self.store.apply(&intents);
         self.intents.extend(intents);

@@ -3,7 +3,7 @@
 bench/economy.sh recorded (bench/results/economy/samples-<approach>.csv). Standard library only: the
 SVG is written by hand.
 
-Usage: python3 hack/plot.py [results-dir] [output.svg]
+Usage: python3 bench/plot.py [results-dir] [output.svg]
 """
 
 import csv

@@ -1,0 +1,31 @@
+//! What the event-series test suites, benchmarks and fuzz targets share, each written once:
+//!
+//! - [`raw`]: raw core/v1 Events as the kubelet's recorder writes them;
+//! - [`sim`]: a simulated cluster for engine tests (injected clock, no API server);
+//! - [`check`]: the invariants the fuzz targets check, with the events.k8s.io/v1 rules restated;
+//! - [`cluster`]: the real kube-apiserver the end-to-end tests run against, and what they read back;
+//! - [`process`]: one `event-series run` process;
+//! - [`emitter`]: client-go's own recorders (the Go emitter of `tests/envtest`) and their ground truth;
+//! - [`writes`]: raw event writes retried until the API accepts them;
+//! - [`load`]: raw event load for the end-to-end benchmarks (`bench/loader.rs`);
+//! - [`recorder`]: a crash-loop storm through kube-rs's Recorder (`bench/kube_recorder.rs`).
+//!
+//! Not published: it exists for this repository's own targets.
+
+pub mod check;
+pub mod cluster;
+pub mod emitter;
+pub mod load;
+pub mod process;
+pub mod raw;
+pub mod recorder;
+pub mod sim;
+pub mod writes;
+
+use std::path::{Path, PathBuf};
+
+/// The repository's root, where `hack/`, `crds/`, `config/` and `target/` are.
+pub fn repo_root() -> PathBuf {
+    let this_crate = Path::new(env!("CARGO_MANIFEST_DIR"));
+    this_crate.parent().unwrap_or(this_crate).to_path_buf()
+}

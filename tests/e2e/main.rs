@@ -1,0 +1,18 @@
+//! End-to-end tests against a real kube-apiserver and etcd (the cluster fixture is
+//! `event_series_test_support::cluster`).
+
+mod economy;
+mod ha;
+mod harness;
+mod install;
+mod operator;
+mod policy;
+mod watch;
+
+use event_series_test_support::process::Launcher;
+
+/// The operator these tests start; their logs go to `target/e2e-logs`.
+const OPERATOR: Launcher = Launcher {
+    bin: env!("CARGO_BIN_EXE_event-series"),
+    logs: "target/e2e-logs",
+};
