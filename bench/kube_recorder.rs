@@ -34,7 +34,7 @@ struct Args {
     #[arg(long, default_value_t = 1.0)]
     rate: f64,
     /// How long to emit (e.g. 300s, 10m).
-    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = duration)]
     duration: Duration,
     /// Write the JSON summary here instead of stdout.
     #[arg(long)]
@@ -42,6 +42,14 @@ struct Args {
     /// Every second, write the number of occurrences emitted so far to this file (for samplers).
     #[arg(long)]
     progress: Option<std::path::PathBuf>,
+}
+
+/// The operator's own duration syntax, so that the benchmark scripts pass the same values to both.
+fn duration(s: &str) -> Result<Duration, String> {
+    event_series::config::duration::parse("--duration", s)
+        .map_err(|e| e.to_string())?
+        .to_std()
+        .map_err(|e| e.to_string())
 }
 
 #[tokio::main]

@@ -6,9 +6,9 @@
 //! "Ingest". TLS, HTTP chunking and the tokio channel hop are not included.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use event_series::config::settings::Settings;
 use event_series::engine::Engine;
 use event_series::key;
-use event_series::settings::Settings;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::WatchEvent;
 use std::hint::black_box;
@@ -63,7 +63,7 @@ fn decode(c: &mut Criterion) {
                 for line in &batches[next % batches.len()] {
                     if let Ok(WatchEvent::Modified(ev)) =
                         serde_json::from_slice::<WatchEvent<Event>>(line)
-                        && let Ok(obs) = key::observe(&ev)
+                        && let Ok(obs) = key::normalise(&ev)
                     {
                         engine.observe(now, &obs);
                     }

@@ -6,9 +6,9 @@ mod common;
 use chrono::TimeDelta;
 use common::{kubelet_backoff, t0};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use event_series::config::settings::Settings;
 use event_series::engine::Engine;
 use event_series::key::{self, Observation};
-use event_series::settings::Settings;
 use k8s_openapi::api::core::v1::Event;
 use std::hint::black_box;
 
@@ -23,8 +23,10 @@ fn existing_series(c: &mut Criterion) {
     const KEYS: usize = 1_000;
     let now = t0();
     let events: Vec<Event> = (0..KEYS).map(|i| kubelet_backoff(i, 1, now)).collect();
-    let mut observations: Vec<Observation> =
-        events.iter().filter_map(|e| key::observe(e).ok()).collect();
+    let mut observations: Vec<Observation> = events
+        .iter()
+        .filter_map(|e| key::normalise(e).ok())
+        .collect();
     let mut engine = Engine::with_settings(settings());
     for o in &mut observations {
         o.count = 2;
@@ -49,8 +51,10 @@ fn new_keys(c: &mut Criterion) {
     const KEYS: usize = 10_000;
     let now = t0();
     let events: Vec<Event> = (0..KEYS).map(|i| kubelet_backoff(i, 1, now)).collect();
-    let mut observations: Vec<Observation> =
-        events.iter().filter_map(|e| key::observe(e).ok()).collect();
+    let mut observations: Vec<Observation> = events
+        .iter()
+        .filter_map(|e| key::normalise(e).ok())
+        .collect();
     for o in &mut observations {
         o.count = 2;
     }
@@ -74,7 +78,7 @@ fn new_keys(c: &mut Criterion) {
     group.bench_function("normalise a raw event (key::observe + key id)", |b| {
         let ev = &events[0];
         b.iter(|| {
-            let o = key::observe(black_box(ev)).map(|o| o.key.id(None));
+            let o = key::normalise(black_box(ev)).map(|o| o.key.id(None));
             black_box(o)
         })
     });
@@ -87,7 +91,7 @@ fn ticks(c: &mut Criterion) {
     let events: Vec<Event> = (0..KEYS).map(|i| kubelet_backoff(i, 1, now)).collect();
     let mut engine = Engine::with_settings(settings());
     for e in &events {
-        if let Ok(mut o) = key::observe(e) {
+        if let Ok(mut o) = key::normalise(e) {
             o.count = 2;
             engine.observe(now, &o);
         }

@@ -4,9 +4,9 @@
 mod common;
 
 use common::{kubelet_backoff, t0};
+use event_series::config::settings::Settings;
 use event_series::engine::Engine;
 use event_series::key;
-use event_series::settings::Settings;
 use k8s_openapi::api::core::v1::Event;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
@@ -46,7 +46,7 @@ fn main() {
         });
         let before = LIVE.load(Ordering::Relaxed);
         for e in &events {
-            if let Ok(o) = key::observe(e) {
+            if let Ok(o) = key::normalise(e) {
                 engine.observe(now, &o);
             }
         }

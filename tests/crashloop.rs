@@ -1,8 +1,8 @@
 //! A 24-hour crash loop at one occurrence per second, on the injected clock, with the SPEC defaults.
 
 use chrono::TimeDelta;
-use event_series::engine::{FinishCause, WriteKind};
-use event_series::settings::Settings;
+use event_series::config::settings::Settings;
+use event_series::intent::{FinishCause, WriteKind};
 use event_series_test_support::sim::*;
 use std::time::Instant;
 

@@ -1,9 +1,11 @@
 //! Lifecycle rules of the series engine (SPEC: Grouping, Output, Restart), on an injected clock.
 
 use chrono::TimeDelta;
-use event_series::engine::{Engine, EngineConfig, FinishCause, SeriesState, WriteKind};
+use event_series::config::settings::{MatchFilter, Policy, PolicySet, Selector, Settings};
+use event_series::engine::{Engine, EngineConfig};
+use event_series::intent::{FinishCause, SeriesState, WriteKind};
 use event_series::key;
-use event_series::settings::{MatchFilter, Policy, PolicySet, Selector, Settings};
+use event_series::object;
 use event_series_test_support::sim::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,7 +25,7 @@ fn feed_pod(engine: &mut Engine, i: usize, count: i32, now: chrono::DateTime<chr
         now,
         now,
     );
-    engine.observe(now, &key::observe(&ev).unwrap());
+    engine.observe(now, &key::normalise(&ev).unwrap());
 }
 
 #[test]
@@ -70,14 +72,14 @@ fn quiet_finishes_once_with_the_final_count_and_a_new_burst_is_a_new_series() {
     assert_eq!(fin.series.count, 10);
     assert_eq!(fin.series.state, SeriesState::Finished);
     assert_eq!(sim.engine.active_series(), 0);
-    let first_name = fin.series.name.clone();
+    let first_name = object::name_of(&fin.series);
 
     sim.advance(secs(100), secs(10));
     sim.occur("a", "r1", "web-0", "BackOff", false);
     sim.occur("a", "r1", "web-0", "BackOff", false);
     let create = sim.intents.last().unwrap();
     assert_eq!(create.kind, WriteKind::Create);
-    assert_ne!(create.series.name, first_name);
+    assert_ne!(object::name_of(&create.series), first_name);
     assert_eq!(create.series.count, 2);
     assert_eq!(sim.store.with_state(SeriesState::Finished).len(), 1);
     assert_eq!(sim.store.with_state(SeriesState::Ongoing).len(), 1);
@@ -167,7 +169,7 @@ fn raw_counts_are_folded_as_deltas() {
     let now = t0();
     let feed = |engine: &mut Engine, count: i32| {
         let ev = legacy("a", "r1", pod("a", "p"), "BackOff", count, now, now);
-        engine.observe(now, &key::observe(&ev).unwrap());
+        engine.observe(now, &key::normalise(&ev).unwrap());
     };
     feed(&mut engine, 3);
     feed(&mut engine, 3);
@@ -192,7 +194,7 @@ fn new_style_series_count_is_folded_as_deltas() {
     let at = |n: i64| start + secs(n);
     let mut feed = |count: i32, last: i64| {
         let ev = new_style("a", "r1", pod("a", "p"), "Sync", count, start, at(last));
-        engine.observe(at(last), &key::observe(&ev).unwrap());
+        engine.observe(at(last), &key::normalise(&ev).unwrap());
         engine.take_intents()
     };
     assert!(feed(1, 0).is_empty());
@@ -210,12 +212,12 @@ fn a_raw_event_first_seen_old_is_a_baseline_not_a_series() {
     let mut engine = Engine::with_settings(fast_settings());
     let now = t0() + TimeDelta::hours(1);
     let old = legacy("a", "r1", pod("a", "p"), "BackOff", 40, t0(), t0());
-    engine.observe(now, &key::observe(&old).unwrap());
+    engine.observe(now, &key::normalise(&old).unwrap());
     assert!(engine.take_intents().is_empty());
     assert_eq!(engine.stats().dropped_stale, 40);
     // The emitter patches it again: only the new occurrence counts.
     let again = legacy("a", "r1", pod("a", "p"), "BackOff", 41, t0(), now);
-    engine.observe(now, &key::observe(&again).unwrap());
+    engine.observe(now, &key::normalise(&again).unwrap());
     assert_eq!(engine.candidates(), 1);
     assert_eq!(engine.pending_occurrences(), 1);
 }
@@ -250,7 +252,7 @@ fn note_is_part_of_the_key_only_when_asked() {
         for (raw, msg) in [("r1", "Created pod: a"), ("r2", "Created pod: b")] {
             let mut ev = legacy("a", raw, pod("a", "rs"), "SuccessfulCreate", 1, now, now);
             ev.message = Some(msg.into());
-            engine.observe(now, &key::observe(&ev).unwrap());
+            engine.observe(now, &key::normalise(&ev).unwrap());
         }
         assert_eq!(engine.active_series(), series, "includeNote={include_note}");
     }
@@ -268,15 +270,15 @@ fn filters_drop_and_count() {
     });
     let now = t0();
     let mut pulled = legacy("a", "r1", pod("a", "p"), "Pulled", 5, now, now);
-    engine.observe(now, &key::observe(&pulled).unwrap());
+    engine.observe(now, &key::normalise(&pulled).unwrap());
     pulled.type_ = Some("Normal".into());
     pulled.reason = Some("BackOff".into());
     pulled.metadata.uid = Some("other".into());
-    engine.observe(now, &key::observe(&pulled).unwrap());
+    engine.observe(now, &key::normalise(&pulled).unwrap());
     assert_eq!(engine.stats().dropped_filtered, 10);
     assert_eq!(engine.active_series(), 0);
     let ok = legacy("a", "r3", pod("a", "p"), "BackOff", 5, now, now);
-    engine.observe(now, &key::observe(&ok).unwrap());
+    engine.observe(now, &key::normalise(&ok).unwrap());
     assert_eq!(engine.active_series(), 1);
 }
 
@@ -334,7 +336,7 @@ fn policy_changes_apply_live() {
     });
     let now = t0();
     let ev = legacy("a", "r1", pod("a", "p"), "BackOff", 2, now, now);
-    engine.observe(now, &key::observe(&ev).unwrap());
+    engine.observe(now, &key::normalise(&ev).unwrap());
     engine.take_intents();
     engine.tick(now + secs(30));
     assert!(engine.take_intents().is_empty());
@@ -372,8 +374,8 @@ fn namespace_selector_picks_the_policy_and_relabelling_moves_series() {
         BTreeMap::from([("env".into(), "prod".into())]),
     );
     let warn = |ns: &str, raw: &str| legacy(ns, raw, pod(ns, "p"), "BackOff", 2, now, now);
-    engine.observe(now, &key::observe(&warn("prod-ns", "r1")).unwrap());
-    engine.observe(now, &key::observe(&warn("dev-ns", "r2")).unwrap());
+    engine.observe(now, &key::normalise(&warn("prod-ns", "r1")).unwrap());
+    engine.observe(now, &key::normalise(&warn("dev-ns", "r2")).unwrap());
     assert_eq!(
         engine.stats().dropped_filtered,
         2,
@@ -428,9 +430,9 @@ fn deleted_raw_objects_are_forgotten() {
     let mut engine = Engine::with_settings(fast_settings());
     let now = t0();
     let ev = legacy("a", "r1", pod("a", "p"), "BackOff", 2, now, now);
-    let obs = key::observe(&ev).unwrap();
+    let obs = key::normalise(&ev).unwrap();
     engine.observe(now, &obs);
-    engine.forget(obs.raw);
+    engine.forget_raw(obs.raw);
     engine.observe(now, &obs);
     assert_eq!(
         engine.stats().occurrences,
@@ -478,7 +480,7 @@ fn include_note_change_applies_to_keys_seen_after_it() {
     let mut engine = Engine::with_settings(fast_settings());
     let now = t0();
     let mut ev = legacy("a", "r1", pod("a", "rs"), "SuccessfulCreate", 2, now, now);
-    engine.observe(now, &key::observe(&ev).unwrap());
+    engine.observe(now, &key::normalise(&ev).unwrap());
     engine.set_policies(
         now,
         PolicySet::uniform(Settings {
@@ -489,7 +491,7 @@ fn include_note_change_applies_to_keys_seen_after_it() {
     assert_eq!(engine.active_series(), 1, "the running series keeps going");
     ev.metadata.uid = Some("r2".into());
     ev.message = Some("Created pod: other".into());
-    engine.observe(now, &key::observe(&ev).unwrap());
+    engine.observe(now, &key::normalise(&ev).unwrap());
     assert_eq!(
         engine.active_series(),
         2,
@@ -511,10 +513,12 @@ fn keys_of_expired_candidates_are_reclaimed_and_series_keys_survive_it() {
     assert_eq!(engine.active_series(), 100);
     let (live, held) = engine.key_bytes();
     assert!(live > 30_000 * 50 && held >= live, "{live} {held}");
-    // Past the window the candidates expire; a heartbeat-free tick keeps the series.
+    // Past the window the candidates expire; a heartbeat-free tick keeps the series, and the
+    // housekeeping that follows reclaims the expired keys.
     engine.tick(now + secs(21));
     assert_eq!(engine.candidates(), 0);
     assert_eq!(engine.active_series(), 100);
+    engine.housekeep(now + secs(21));
     let (live_after, held_after) = engine.key_bytes();
     assert!(live_after * 250 < live, "{live_after} of {live}");
     assert!(
@@ -548,7 +552,7 @@ fn tables_give_back_a_burst_of_candidates() {
     // The candidates expire, then their dormant records (and the TTL deletes their raw objects): the
     // burst's tables go.
     for i in 0..50_000 {
-        engine.forget(event_series::key::RawId::of(
+        engine.forget_raw(event_series::key::RawId::of(
             "a",
             &format!("r{i}"),
             &format!("raw-a-r{i}"),
@@ -558,6 +562,7 @@ fn tables_give_back_a_burst_of_candidates() {
     assert_eq!(engine.candidates(), 0);
     engine.tick(now + secs(3600 + 21));
     assert_eq!(engine.active_series(), 50);
+    engine.housekeep(now + secs(3600 + 21));
     let after = engine.held_bytes();
     assert!(after < burst / 4, "held {after} of {burst} (idle {idle})");
     assert_eq!(engine.active(now).len(), 50);

@@ -4,9 +4,10 @@
 //! (`event_series_test_support::check`); the end-to-end tests check them against the real apiserver.
 
 use chrono::TimeDelta;
-use event_series::engine::{Engine, Intent};
+use event_series::engine::Engine;
+use event_series::intent::Intent;
 use event_series::key;
-use event_series::mapping::to_event;
+use event_series::object::to_event;
 use event_series_test_support::check::{self, immutable};
 use event_series_test_support::sim::*;
 use k8s_openapi::api::core::v1::{Event, ObjectReference};
@@ -73,7 +74,7 @@ fn odd_events() -> Vec<(&'static str, Event)> {
 fn every_odd_event_becomes_a_valid_series_object() {
     for (what, ev) in odd_events() {
         let mut engine = Engine::with_settings(fast_settings());
-        let obs = key::observe(&ev).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let obs = key::normalise(&ev).unwrap_or_else(|e| panic!("{what}: {e}"));
         engine.observe(t0(), &obs);
         let intents: Vec<Intent> = engine.take_intents();
         assert_eq!(intents.len(), 1, "{what}: one Create");
@@ -98,7 +99,7 @@ fn writes_of_one_series_keep_immutable_fields() {
             ev.last_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff(
                 now,
             )));
-            engine.observe(now, &key::observe(&ev).unwrap());
+            engine.observe(now, &key::normalise(&ev).unwrap());
             now += TimeDelta::seconds(1);
             engine.tick(now);
             writes.extend(engine.take_intents());
@@ -127,9 +128,9 @@ fn writes_of_one_series_keep_immutable_fields() {
 fn a_rebuilt_series_writes_the_same_object() {
     for (what, ev) in odd_events() {
         let mut engine = Engine::with_settings(fast_settings());
-        engine.observe(t0(), &key::observe(&ev).unwrap());
+        engine.observe(t0(), &key::normalise(&ev).unwrap());
         let created = to_event(&engine.take_intents()[0].series);
-        let persisted = event_series::recovery::parse(&created).unwrap();
+        let persisted = event_series::object::decode(&created).unwrap();
         let mut rebuilt = Engine::with_settings(fast_settings());
         rebuilt.begin_recovery();
         rebuilt.restore(t0(), persisted);
@@ -160,10 +161,10 @@ fn bookkeeping_on_the_object_stays_under_one_kib() {
             now,
         );
         ev.count = Some(i32::MAX - i);
-        engine.observe(now, &key::observe(&ev).unwrap());
+        engine.observe(now, &key::normalise(&ev).unwrap());
     }
     let snap = &engine.active(now)[0];
-    assert_eq!(snap.sources.len(), event_series::engine::MAX_SOURCES);
+    assert_eq!(snap.sources.len(), event_series::intent::MAX_SOURCES);
     let obj = to_event(snap);
     let bytes = check::annotation_bytes(&obj);
     assert!(bytes < 1024, "annotations take {bytes} bytes");

@@ -1,7 +1,7 @@
 //! Property tests over random interleavings of many keys and raw objects.
 
 use chrono::TimeDelta;
-use event_series::engine::WriteKind;
+use event_series::intent::WriteKind;
 use event_series_test_support::sim::*;
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -29,7 +29,7 @@ proptest! {
         let mut active: BTreeMap<_, String> = BTreeMap::new();
         let mut names = BTreeSet::new();
         for i in &sim.intents {
-            let name = i.series.name.to_string();
+            let name = event_series::object::name_of(&i.series);
             match i.kind {
                 WriteKind::Create => {
                     prop_assert!(!active.contains_key(&i.series.id), "two active series for one key");

@@ -14,11 +14,12 @@
 //!    from it maps to the same immutable fields (the mapping is idempotent) and the same count.
 
 use chrono::{DateTime, TimeDelta, Utc};
-use event_series::engine::{Engine, EngineConfig, Intent, SeriesState, WriteKind};
+use event_series::config::settings::{PolicySet, Settings};
+use event_series::engine::{Engine, EngineConfig};
+use event_series::intent::{Intent, SeriesState, WriteKind};
 use event_series::key::{self, Observation, RawId};
-use event_series::mapping::to_event;
-use event_series::recovery;
-use event_series::settings::{PolicySet, Settings};
+use event_series::object;
+use event_series::object::to_event;
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::api::events::v1 as events;
 use k8s_openapi::jiff::Timestamp;
@@ -275,7 +276,7 @@ fn engine(t: Timings) -> Engine {
 
 /// Checks one raw event (see the module docs). Panics on a violated invariant.
 pub fn check_event(ev: &Event, timings: Timings) {
-    let Ok(obs) = key::observe(ev) else {
+    let Ok(obs) = key::normalise(ev) else {
         return;
     };
     assert!(obs.count >= 1, "count {}", obs.count);
@@ -336,7 +337,7 @@ fn run(obs: &Observation, now: DateTime<Utc>, t: Timings, namespace_valid: bool)
         let errs = create_errors(&obj, namespace_valid);
         assert!(errs.is_empty(), "{errs:?} in {obj:#?}\nfrom {obs:#?}");
         let imm = immutable(&obj);
-        let name = intent.series.name.clone();
+        let name = object::name_of(&intent.series);
         if let Some((first, _)) = by_name.get(&name) {
             assert_eq!(first, &imm, "an immutable field changed in {name}");
         }
@@ -355,7 +356,7 @@ fn run(obs: &Observation, now: DateTime<Utc>, t: Timings, namespace_valid: bool)
             assert!(
                 matches!(last.kind, WriteKind::Finish(_)),
                 "last write of {} is {:?}",
-                last.series.name,
+                object::name_of(&last.series),
                 last.kind
             );
             last.series.count
@@ -374,10 +375,14 @@ fn run(obs: &Observation, now: DateTime<Utc>, t: Timings, namespace_valid: bool)
 
 /// 5: an Ongoing write reads back as the same series and re-maps to the same object.
 fn round_trip(obj: &events::Event, intent: &Intent, t: Timings) {
-    let p = recovery::parse(obj).unwrap_or_else(|e| panic!("{e}: {obj:#?}"));
+    let p = object::decode(obj).unwrap_or_else(|e| panic!("{e}: {obj:#?}"));
     let s = &intent.series;
     assert_eq!(p.id, s.id);
-    assert_eq!(p.name, s.name);
+    assert_eq!(obj.metadata.name, Some(object::name_of(s)));
+    assert_eq!(
+        p.stored_name, s.stored_name,
+        "the name reads back as the series' own"
+    );
     assert_eq!(p.state, SeriesState::Ongoing);
     let count = s.count.clamp(2, i32::MAX as u64);
     assert_eq!(p.count, count, "count read back");

@@ -3,11 +3,12 @@
 
 use crate::raw::{Occurrences, app_container, kubelet};
 use chrono::{DateTime, TimeDelta, Utc};
-use event_series::engine::{Engine, Intent, SeriesState, WriteKind};
+use event_series::config::settings::{PolicySet, Settings};
+use event_series::engine::Engine;
+use event_series::intent::{Intent, SeriesState, WriteKind};
 use event_series::key;
-use event_series::mapping::to_event;
-use event_series::recovery;
-use event_series::settings::{PolicySet, Settings};
+use event_series::object::to_event;
+use event_series::{object, restart};
 use k8s_openapi::api::core::v1::{Event, EventSeries, ObjectReference};
 use k8s_openapi::api::events::v1 as events;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
@@ -164,7 +165,7 @@ impl Sim {
     }
 
     fn feed(&mut self, ev: &Event) {
-        let obs = key::observe(ev).expect("valid raw event");
+        let obs = key::normalise(ev).expect("valid raw event");
         self.engine.observe(self.now, &obs);
         self.engine.checkpoint(self.rv);
         self.flush();
@@ -236,13 +237,13 @@ impl Sim {
 
     /// Replays every raw object as a relist would (same resourceVersions).
     pub fn relist(&mut self) {
-        self.engine.begin_resync();
+        self.engine.begin_relist();
         let raws: Vec<Event> = self.raws.values().cloned().collect();
         for ev in &raws {
-            let obs = key::observe(ev).unwrap();
+            let obs = key::normalise(ev).unwrap();
             self.engine.observe(self.now, &obs);
         }
-        self.engine.end_resync();
+        self.engine.end_relist();
         self.flush();
     }
 
@@ -251,15 +252,15 @@ impl Sim {
         let mut engine = Engine::new(self.policies.clone(), Default::default());
         engine.begin_recovery();
         for obj in self.store.objects.values() {
-            let p = recovery::parse(obj).expect("own objects parse");
+            let p = object::decode(obj).expect("own objects parse");
             engine.restore(self.now, p);
         }
         let mut listed: Vec<_> = self
             .raws
             .values()
-            .map(|ev| key::OwnedObservation::new(&key::observe(ev).unwrap()))
+            .map(|ev| key::OwnedObservation::new(&key::normalise(ev).unwrap()))
             .collect();
-        recovery::sort_for_replay(&mut listed);
+        restart::sort_for_replay(&mut listed);
         for obs in &listed {
             engine.observe(self.now, &obs.view());
         }

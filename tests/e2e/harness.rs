@@ -1,10 +1,10 @@
 //! The harness itself: the apiserver is real (events.k8s.io validation, RBAC, service-account tokens).
 
 use chrono::{TimeDelta, Utc};
+use event_series::config::settings::Settings;
 use event_series::engine::Engine;
 use event_series::key;
-use event_series::mapping::to_event;
-use event_series::settings::Settings;
+use event_series::object::{name_of, to_event};
 use event_series_test_support::cluster::{TestNamespace, client, kubeconfig, kubectl};
 use event_series_test_support::raw::kubelet_backoff;
 use k8s_openapi::api::authentication::v1::TokenRequest;
@@ -31,14 +31,14 @@ async fn series_object_round_trips_through_events_k8s_io_v1() -> anyhow::Result<
     let now = Utc::now();
     let raw = kubelet_backoff(&ns.name, "web-0.raw", "web-0", 3);
     let mut engine = Engine::with_settings(Settings::default());
-    engine.observe(now, &key::observe(&raw)?);
+    engine.observe(now, &key::normalise(&raw)?);
     let created = engine.take_intents();
     assert_eq!(created.len(), 1);
     let object = to_event(&created[0].series);
 
     let api: Api<Event> = Api::namespaced(client.clone(), &ns.name);
     let stored = api.create(&PostParams::default(), &object).await?;
-    let read = api.get(&created[0].series.name).await?;
+    let read = api.get(&name_of(&created[0].series)).await?;
     assert_eq!(read.series.as_ref().map(|s| s.count), Some(3));
     assert_eq!(read.reporting_controller.as_deref(), Some("kubelet"));
     assert_eq!(
@@ -57,14 +57,18 @@ async fn series_object_round_trips_through_events_k8s_io_v1() -> anyhow::Result<
     // A heartbeat: same immutable fields, new count and written-at.
     let mut more = raw.clone();
     more.count = Some(10);
-    engine.observe(now, &key::observe(&more)?);
+    engine.observe(now, &key::normalise(&more)?);
     engine.tick(now + TimeDelta::minutes(31));
     let heartbeat = engine.take_intents();
     assert_eq!(heartbeat.len(), 1);
     let mut update = to_event(&heartbeat[0].series);
     update.metadata.resource_version = stored.metadata.resource_version.clone();
     let replaced = api
-        .replace(&heartbeat[0].series.name, &PostParams::default(), &update)
+        .replace(
+            &name_of(&heartbeat[0].series),
+            &PostParams::default(),
+            &update,
+        )
         .await?;
     assert_eq!(replaced.series.map(|s| s.count), Some(10));
     ns.cleanup().await

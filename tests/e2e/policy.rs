@@ -7,7 +7,7 @@
 use crate::OPERATOR;
 use crate::operator::{count, state, wait_for};
 use anyhow::{Result, bail};
-use event_series::policy::EventSeriesPolicy;
+use event_series::config::EventSeriesPolicy;
 use event_series_test_support::cluster::{
     Dedicated, TestNamespace, apply_on, client, client_for, kubeconfig,
 };
