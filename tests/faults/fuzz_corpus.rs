@@ -42,14 +42,10 @@ fn inputs_that_once_failed_keep_the_fuzz_invariants() {
     }
 }
 
-/// Found by `event_fields` (input: `fuzz/regressions/event_fields/crash-ef64a62d…`, replay with
-/// `cargo +nightly fuzz run event_fields <file>`): a `seriesWindow` of centuries and a raw event first
-/// seen already counting 1.7 billion occurrences made the engine panic with "`TimeDelta * i32`
-/// overflowed" (`window * gaps` in `Engine::observe`). Restated readably: the CRD's longest
-/// `seriesWindow` (about 292 years, the most CEL's `duration()` admits) and a legacy event first seen
-/// with the fuzzer's count (1,701,523,318; `count` is an int32 the API accepts) must not crash the
-/// operator.
-/// Fixed in `Engine::observe` with a checked multiplication.
+/// The fuzzer's input `fuzz/regressions/event_fields/crash-ef64a62d…` restated readably: the CRD's
+/// longest `seriesWindow` (about 292 years, the most CEL's `duration()` admits) and a legacy event
+/// first seen counting 1,701,523,318 occurrences (`count` is an int32 the API accepts) must not crash
+/// the operator: spreading that many occurrences over that many windows overflows a naive product.
 #[test]
 fn a_huge_first_count_under_the_longest_series_window() {
     let ev = kubelet_backoff("team-a", "raw", "web-0", 1_701_523_318);
