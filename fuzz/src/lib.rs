@@ -1,4 +1,4 @@
-//! Fuzz targets for event normalisation (`key::observe`) and mapping (`mapping::to_event`), through the
+//! Fuzz targets for event normalisation (`key::normalise`) and mapping (`object::to_event`), through the
 //! engine. The invariants are the test-support crate's [`check`], which the `faults` suite also uses to
 //! replay saved inputs.
 
