@@ -1,7 +1,7 @@
 //! The operator's CPU cost per raw event change, without the apiserver: one watch event as the
 //! apiserver sends it (a `MODIFIED` new-style core/v1 Event with `series` and `managedFields`, 1.1 KB of
 //! JSON, copied from a `bench/ingest.sh` run) decoded with serde_json into kube's `WatchEvent<Event>`,
-//! then normalised (`key::observe`) and counted by the engine, as `controller.rs` does for each change.
+//! then normalised (`key::normalise`) and counted by the engine, as `controller.rs` does for each change.
 //! `cargo bench --bench decode` (part of `just bench-ingest`); figures in docs/BENCHMARKS.md, section
 //! "Ingest". TLS, HTTP chunking and the tokio channel hop are not included.
 
@@ -53,7 +53,7 @@ fn decode(c: &mut Criterion) {
     let batches: Vec<Vec<Vec<u8>>> = (0..8).map(lines).collect();
     let mut next = 0usize;
     group.bench_function(
-        "decode + key::observe + engine.observe, 1,000 changes",
+        "decode + key::normalise + engine.observe, 1,000 changes",
         |b| {
             b.iter(|| {
                 // Just after the occurrences' lastObservedTime, so that none is stale.

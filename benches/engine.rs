@@ -75,7 +75,7 @@ fn new_keys(c: &mut Criterion) {
     group.finish();
     let mut group = c.benchmark_group("engine");
     group.throughput(Throughput::Elements(1));
-    group.bench_function("normalise a raw event (key::observe + key id)", |b| {
+    group.bench_function("normalise a raw event (key::normalise + key id)", |b| {
         let ev = &events[0];
         b.iter(|| {
             let o = key::normalise(black_box(ev)).map(|o| o.key.id(None));
