@@ -1,9 +1,9 @@
 //! Giving memory back to the OS after a burst.
 //!
-//! A restart buffers the whole first list (about 300 bytes per raw event) and a storm queues a write
-//! per new series; both are freed once done, but glibc's malloc keeps freed memory inside its
-//! per-thread arenas, where the operator's resident size would stay at its peak for good (measured in
-//! docs/BENCHMARKS.md, Memory). `malloc_trim` returns every whole free page of every arena.
+//! A restart buffers the whole first list and a storm queues a write per new series; both are freed
+//! once done, but glibc's malloc keeps freed memory inside its per-thread arenas, where the operator's
+//! resident size would stay at its peak for good. `malloc_trim` returns every whole free page of every
+//! arena. `docs/BENCHMARKS.md` (Memory, Allocators) weighs this against other allocators.
 
 /// Fixes glibc's mmap threshold at its default starting value (128 KiB). Left to itself glibc raises
 /// it (up to 32 MiB) each time a large block is freed, after which the engine's key chunks, its hash
@@ -17,8 +17,8 @@ pub fn tune_allocator() {
     }
 }
 
-/// Returns free heap pages to the OS. Costs a walk of the allocator's free lists (milliseconds at
-/// 100,000 series), so it is called after a burst, never per event. A no-op off glibc.
+/// Returns free heap pages to the OS. Costs a walk of the allocator's free lists, so it is called
+/// after a burst, never per event. A no-op off glibc.
 pub fn release_free_pages() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only reorganises the allocator's own free memory; it has no preconditions

@@ -1,16 +1,18 @@
 //! Where the engine keeps the keys and notes of its series and candidates: packed ([`encode`]) back to
-//! back in large chunks, addressed by an 8-byte [`Stored`] handle.
+//! back in large chunks, addressed by a small [`Stored`] handle.
 //!
-//! Why not one `Arc<[u8]>` per key: 100,000 series are 100,000 small long-lived allocations made on
-//! the thread that also decodes every watch event, so the allocator's heap ends up as live keys with
-//! freed decode buffers between them. After a burst that free space is in pieces smaller than a page,
-//! which no `malloc_trim` can return: measured, a third of the operator's resident memory at 100,000
-//! series (docs/BENCHMARKS.md, Memory). Chunks of [`CHUNK`] bytes are allocated on their own (above
-//! glibc's mmap threshold, see `memory::tune_allocator`) and freed whole.
+//! Why not one `Arc<[u8]>` per key: every series' key would be a small long-lived allocation made on
+//! the thread that also decodes every watch event, so glibc's heap ends up as live keys with freed
+//! decode buffers between them, in pieces smaller than a page that no `malloc_trim` can return.
+//! Chunks of [`CHUNK`] bytes are allocated on their own (above glibc's mmap threshold, see
+//! `memory::tune_allocator`) and freed whole. `docs/BENCHMARKS.md` (Memory, Allocators) compares this
+//! with one allocation per key under glibc, jemalloc and mimalloc.
 //!
 //! A removed key leaves a hole in its chunk; a chunk with no live key is freed at once, and when the
 //! holes add up to more than the live keys the engine rewrites every live key into fresh chunks
-//! ([`KeyStore::compact`]), so the store is never more than about twice its live content.
+//! ([`KeyStore::compact`]), so the store is never more than about twice its live content. A handle
+//! used after its key was removed, or left out of a compaction, panics: it is an engine bug, and
+//! reading on would put another key, or none, into a series object.
 
 use super::SeriesKey;
 use super::packed::{PackedKey, encode};
@@ -21,11 +23,13 @@ pub const CHUNK: usize = 256 * 1024;
 /// Compaction is not worth it below this many bytes of holes.
 const MIN_COMPACT: usize = 4 * CHUNK;
 
-/// A key in a [`KeyStore`]: the chunk, and the offset of its length prefix.
+/// A key in a [`KeyStore`]: the chunk, the offset of its length prefix, and the store's epoch when it
+/// was made (a compaction starts a new epoch, so that a handle it did not update is recognised).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stored {
     chunk: u32,
     offset: u32,
+    epoch: u32,
 }
 
 #[derive(Default)]
@@ -46,9 +50,17 @@ pub struct KeyStore {
     /// Bytes held by chunks in use, holes included.
     held: usize,
     scratch: Vec<u8>,
+    /// Bumped by every compaction.
+    epoch: u32,
 }
 
 const PREFIX: usize = 4;
+
+/// Set in a length prefix once its key is removed, so that a second use of the handle is caught.
+const REMOVED: u32 = 1 << 31;
+
+/// Longest key and note the store takes, so that a length never reaches [`REMOVED`].
+const MAX_LEN: usize = (REMOVED - 1) as usize;
 
 impl KeyStore {
     pub fn new() -> KeyStore {
@@ -71,7 +83,7 @@ impl KeyStore {
     /// Stores an already packed key (a copy).
     pub fn insert_packed(&mut self, key: PackedKey<'_>) -> Stored {
         let bytes = key.bytes();
-        let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX) as usize;
+        let len = bytes.len().min(MAX_LEN);
         let need = PREFIX + len;
         let fits = |c: &Chunk| c.buf.capacity() - c.buf.len() >= need;
         let chunk = match self.current {
@@ -90,7 +102,11 @@ impl KeyStore {
         c.buf.extend_from_slice(&bytes[..len]);
         c.live += need;
         self.live += need;
-        Stored { chunk, offset }
+        Stored {
+            chunk,
+            offset,
+            epoch: self.epoch,
+        }
     }
 
     fn new_chunk(&mut self, capacity: usize) -> u32 {
@@ -111,28 +127,47 @@ impl KeyStore {
         }
     }
 
+    /// The key's bytes, if the handle is valid: of this epoch, in a live chunk, not removed.
     fn record(&self, k: Stored) -> Option<&[u8]> {
+        if k.epoch != self.epoch {
+            return None;
+        }
         let buf = &self.chunks.get(k.chunk as usize)?.buf;
         let at = k.offset as usize;
-        let len = u32::from_le_bytes(buf.get(at..at + PREFIX)?.try_into().ok()?) as usize;
-        buf.get(at + PREFIX..at + PREFIX + len)
+        let prefix = u32::from_le_bytes(buf.get(at..at + PREFIX)?.try_into().ok()?);
+        if prefix & REMOVED != 0 {
+            return None;
+        }
+        buf.get(at + PREFIX..at + PREFIX + prefix as usize)
     }
 
-    /// The key; empty fields if the handle is not (or no longer) valid.
+    fn valid(&self, k: Stored) -> &[u8] {
+        match self.record(k) {
+            Some(bytes) => bytes,
+            // A handle the engine kept past its key's removal or a compaction: an engine bug, never
+            // bad input. Reading on would write another series' key, or none, into an object.
+            None => panic!("stale key handle {k:?} (store epoch {})", self.epoch),
+        }
+    }
+
+    /// The key. Panics on a stale handle: see [`KeyStore::remove`] and [`KeyStore::compact`].
     pub fn get(&self, k: Stored) -> PackedKey<'_> {
-        PackedKey(self.record(k).unwrap_or_default())
+        PackedKey(self.valid(k))
     }
 
-    /// Releases a key. Its chunk is freed once it holds no live key (unless new keys go there).
+    /// Releases a key; its handle is stale from now on. Its chunk is freed once it holds no live key
+    /// (unless new keys go there).
     pub fn remove(&mut self, k: Stored) {
-        let Some(len) = self.record(k).map(<[u8]>::len) else {
-            return;
-        };
+        let len = self.valid(k).len();
         let need = PREFIX + len;
         self.live = self.live.saturating_sub(need);
         let Some(c) = self.chunks.get_mut(k.chunk as usize) else {
             return;
         };
+        let at = k.offset as usize;
+        if let Some(prefix) = c.buf.get_mut(at..at + PREFIX) {
+            prefix.copy_from_slice(&(len as u32 | REMOVED).to_le_bytes());
+        }
         c.live = c.live.saturating_sub(need);
         self.free_if_empty(k.chunk);
     }
@@ -163,10 +198,11 @@ impl KeyStore {
     }
 
     /// Rewrites every live key, in the order given, into fresh chunks, updating each handle. Handles
-    /// not passed here become invalid: the caller passes every handle it holds.
+    /// not passed here become stale (a new epoch): the caller passes every handle it holds.
     pub fn compact<'a>(&mut self, handles: impl Iterator<Item = &'a mut Stored>) {
         let mut fresh = KeyStore {
             scratch: std::mem::take(&mut self.scratch),
+            epoch: self.epoch.wrapping_add(1),
             ..KeyStore::default()
         };
         for h in handles {
@@ -263,13 +299,34 @@ mod tests {
     }
 
     #[test]
-    fn an_invalid_handle_reads_as_empty() {
+    #[should_panic(expected = "stale key handle")]
+    fn a_handle_that_was_never_issued_fails_loudly() {
         let s = KeyStore::new();
-        let bogus = Stored {
+        s.get(Stored {
             chunk: 7,
             offset: 9,
-        };
-        assert_eq!(s.get(bogus).view().reason, "");
-        assert_eq!(s.get(bogus).note(), "");
+            epoch: 0,
+        });
+    }
+
+    #[test]
+    #[should_panic(expected = "stale key handle")]
+    fn a_removed_key_fails_loudly() {
+        let mut s = KeyStore::new();
+        let h = s.insert(&key("a"), "note");
+        let _kept = s.insert(&key("b"), "note");
+        s.remove(h);
+        s.get(h);
+    }
+
+    #[test]
+    #[should_panic(expected = "stale key handle")]
+    fn a_handle_left_out_of_a_compaction_fails_loudly() {
+        let mut s = KeyStore::new();
+        let mut kept = s.insert(&key("a"), "note");
+        let forgotten = s.insert(&key("b"), "note");
+        s.compact(std::iter::once(&mut kept));
+        assert_eq!(s.get(kept).view().regarding.name, "a");
+        s.remove(forgotten);
     }
 }
