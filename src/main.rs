@@ -11,6 +11,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tracing_subscriber::EnvFilter;
 
+// Alternative global allocators, only for measuring them (docs/BENCHMARKS.md, Memory: Allocators).
+#[cfg(all(feature = "jemalloc", feature = "mimalloc"))]
+compile_error!("features `jemalloc` and `mimalloc` are exclusive");
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
