@@ -50,6 +50,10 @@ bench: && bench-e2e
 demo:
     bash hack/demo.sh
 
+# Allocator comparison (docs/BENCHMARKS.md, Memory): bench-memory once per allocator variant (about 45 min).
+bench-allocators: bench-build
+    bash bench/allocators.sh
+
 # End-to-end benchmarks on private real apiservers (bench/README.md): economy, memory+restart, bookmarks, ingest, plot.
 bench-e2e: bench-build
     bash bench/economy.sh

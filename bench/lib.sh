@@ -6,7 +6,9 @@
 BIN="$ROOT/target/envtest/bin"
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
 case "$TARGET" in /*) ;; *) TARGET="$ROOT/$TARGET" ;; esac
-OPERATOR="$TARGET/release/event-series"
+# OPERATOR: the operator binary (default: the release build of TARGET), e.g. a copy built with other
+# features (bench/allocators.sh).
+OPERATOR="${OPERATOR:-$TARGET/release/event-series}"
 
 log() { printf '%s bench: %s\n' "$(date +%T)" "$*" >&2; }
 die() {
@@ -46,10 +48,12 @@ cluster_stop() {
 
 k() { "$BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
 
-# api_get PATH: GET on the apiserver as admin.
+# api_get PATH [CURL ARGS...]: GET on the apiserver as admin.
 api_get() {
+  local path="$1"
+  shift
   curl -fsS --max-time 20 --cacert "$CLUSTER_DIR/certs/ca.crt" --cert "$CLUSTER_DIR/certs/admin.crt" \
-    --key "$CLUSTER_DIR/certs/admin.key" "$API_URL$1"
+    --key "$CLUSTER_DIR/certs/admin.key" "$@" "$API_URL$path"
 }
 
 # api_writes: "<core> <events.k8s.io>": the apiserver's own count of write requests (every verb but

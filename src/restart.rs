@@ -25,8 +25,9 @@ use kube::api::{Api, ListParams};
 use std::time::{Duration, Instant};
 
 /// Page size of the list of own series objects. Each object is bounded (its note to 1 KiB, its
-/// annotations to the sources of a few raw objects), so a page stays small.
-pub const OWN_PAGE_SIZE: u32 = 500;
+/// annotations to the sources of a few raw objects), so a page stays within a few MiB; fewer pages
+/// matter because each page costs the apiserver a range read over every stored event.
+pub const OWN_PAGE_SIZE: u32 = 2000;
 
 /// A restart in progress, from the restore of the own series objects to the end of the first list
 /// of raw events.
