@@ -119,6 +119,15 @@ restart() {
     "$1" "$ms" "${active%.*}" "${occ%.*}" "$w_ready" "$w_later" "$p" "${restored//\"/\'}" "$(machine_json)")"
 }
 
+# json_array ITEM...: the JSON objects given, as one array ([] for none).
+json_array() {
+  [ $# -gt 0 ] || {
+    echo '[]'
+    return
+  }
+  printf '%s\n' "$@" | jq -s .
+}
+
 # bare_list SELECTOR: times `kubectl get events -A -l SELECTOR --chunk-size=C -o name | wc -l`
 # BARE_LISTS times for each C of BARE_CHUNKS; a JSON array.
 bare_list() {
@@ -133,11 +142,7 @@ bare_list() {
         "$1" "$c" "$n" $(((t1 - t0) / 1000000)) "$(machine_json)")")
     done
   done
-  [ ${#out[@]} -gt 0 ] || {
-    echo '[]'
-    return
-  }
-  printf '%s\n' "${out[@]}" | jq -s .
+  json_array "${out[@]}"
 }
 
 # curl_list PATH SELECTOR: times paging through PATH?labelSelector=SELECTOR with curl, pages of C
@@ -162,11 +167,7 @@ curl_list() {
         "$1" "$2" "$c" "$n" $(((t1 - t0) / 1000000)) "$(machine_json)")")
     done
   done
-  [ ${#out[@]} -gt 0 ] || {
-    echo '[]'
-    return
-  }
-  printf '%s\n' "${out[@]}" | jq -s .
+  json_array "${out[@]}"
 }
 
 seed 0 "$SMALL"
