@@ -2,7 +2,7 @@
 //! takes back after a restart (a [`StoredSeries`] read from a series object).
 //!
 //! Plain data with no behaviour of its own, so that the engine and the modules that turn these values
-//! into API objects and back ([`crate::object`]) depend on this module and never on each other.
+//! into API objects and back (the `object` module) depend on this module and never on each other.
 
 use crate::key::{KeyBuf, KeyId, RawId};
 use chrono::{DateTime, Utc};
@@ -61,7 +61,7 @@ pub struct Snapshot {
     pub id: KeyId,
     /// The name of the object this series was restored from, when it is not the name derived from the
     /// key and start (an object written by another version). `None` for every series this process
-    /// started. [`crate::object::name_of`] gives the object name either way.
+    /// started. The stored-object module derives the object name either way.
     pub stored_name: Option<Arc<str>>,
     /// Namespace of the raw events.
     pub namespace: Arc<str>,
