@@ -73,10 +73,23 @@ pub struct RunArgs {
     /// How long the Lease stays valid after a renewal: the longest a standby waits for a dead leader.
     #[arg(long, default_value = "15s")]
     pub lease_duration: String,
+    /// A leader that has not renewed the Lease for this long stops writing at once and exits 1.
+    #[arg(long, default_value = "10s")]
+    pub renew_deadline: String,
+    /// How often each replica tries to take or renew the Lease.
+    #[arg(long, default_value = "2s")]
+    pub retry_period: String,
+    /// Deadline of every request to the API server (a silent connection fails it; it is retried).
+    #[arg(long, default_value = "30s")]
+    pub request_timeout: String,
+    /// Most series with a write pending; beyond it intake waits for the writer.
+    #[arg(long, default_value_t = 200_000)]
+    pub max_pending_writes: usize,
     /// Watch and write in this namespace only (default: the whole cluster).
     #[arg(long)]
     pub namespace: Option<String>,
-    /// Lifetime of one watch request; the watch then resumes from the last resourceVersion.
+    /// Lifetime of one watch request; the watch then resumes from the last resourceVersion. A watch
+    /// silent for longer than this plus a margin is dead: it is resumed and counted as a stall.
     #[arg(long, default_value = "290s")]
     pub watch_timeout: String,
     /// Benchmarks only (bench/bookmarks.sh): watch without allowWatchBookmarks, to measure what

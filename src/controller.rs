@@ -13,8 +13,10 @@
 use crate::config::Settings;
 use crate::config::policy_watch::{PolicyWatch, Update};
 use crate::engine::{Engine, EngineConfig};
+use crate::health::Health;
 use crate::intent::Intent;
 use crate::key::{self, RawId};
+use crate::leader::WriteFence;
 use crate::metrics::Metrics;
 use crate::restart::Restart;
 use crate::watch::{Step, raw_events};
@@ -25,9 +27,8 @@ use k8s_openapi::api::core::v1::Event as CoreEvent;
 use kube::api::Api;
 use kube::{Client, Resource};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
-use tokio::sync::mpsc::UnboundedSender;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc::Sender;
 
 #[derive(Clone, Debug)]
 pub struct ControllerConfig {
@@ -75,14 +76,20 @@ fn feed(engine: &mut Engine, metrics: &Metrics, ev: &CoreEvent) {
     }
 }
 
+/// Intents on their way to the writer; when its queue is full, the controller waits here
+/// (back-pressure), which holds up the watch rather than growing memory.
+const INTENT_CHANNEL: usize = 1024;
+
 /// Hands the engine's intents to the writer and its counters to the metrics.
-fn forward(engine: &mut Engine, tx: &UnboundedSender<Intent>, metrics: &Metrics) {
+async fn forward(engine: &mut Engine, tx: &Sender<Intent>, metrics: &Metrics) {
+    metrics.sync_engine(engine.stats(), engine.active_series());
     for intent in engine.take_intents() {
         tracing::debug!(kind = ?intent.kind, id = %intent.series.id, count = intent.series.count, "intent");
         // The writer only stops after the controller drops the sender.
-        let _ = tx.send(intent);
+        if tx.send(intent).await.is_err() {
+            return;
+        }
     }
-    metrics.sync_engine(engine.stats(), engine.active_series());
 }
 
 /// Applies one step of the raw-event watch. During a restart the first list is buffered and
@@ -90,10 +97,17 @@ fn forward(engine: &mut Engine, tx: &UnboundedSender<Intent>, metrics: &Metrics)
 fn on_step(
     engine: &mut Engine,
     metrics: &Metrics,
-    ready: &AtomicBool,
+    health: &Health,
     restart: &mut Option<Restart>,
     step: Step,
 ) {
+    // The API server answered the watch (a failure, a stall or a resumption proves nothing).
+    if !matches!(
+        step,
+        Step::Failed { .. } | Step::Stalled | Step::Restarted { clean: false }
+    ) {
+        health.watch_heard(Instant::now());
+    }
     match step {
         Step::ListStarted { relist } => {
             if relist {
@@ -115,7 +129,7 @@ fn on_step(
             match restart.take() {
                 Some(restart) => {
                     restart.finish(engine, rv);
-                    ready.store(true, Ordering::Relaxed);
+                    health.set_recovered(true);
                 }
                 None => {
                     engine.end_relist();
@@ -150,8 +164,12 @@ fn on_step(
                 engine.checkpoint(rv);
             }
         }
-        Step::Restarted => {
+        Step::Restarted { .. } => {
             metrics.watch_restarts.inc();
+        }
+        Step::Stalled => {
+            tracing::warn!("raw event watch went silent (dead connection?); resuming it");
+            metrics.watch_stalls.inc();
         }
         Step::Failed { error, retry_in } => {
             tracing::warn!(%error, ?retry_in, "raw event watch failed; retrying");
@@ -174,7 +192,8 @@ pub async fn run(
     client: Client,
     config: ControllerConfig,
     metrics: Arc<Metrics>,
-    ready: Arc<AtomicBool>,
+    health: Arc<Health>,
+    fence: WriteFence,
     shutdown: impl std::future::Future<Output = Stop>,
 ) -> anyhow::Result<Stop> {
     tokio::pin!(shutdown);
@@ -193,9 +212,11 @@ pub async fn run(
     for (ns, labels) in policies.namespaces() {
         engine.set_namespace_labels(now, ns, labels.clone());
     }
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let writer = Writer::new(client.clone(), config.writer, metrics.clone());
-    let writer = tokio::spawn(writer.run(rx, config.drain));
+    let (tx, rx) = tokio::sync::mpsc::channel(INTENT_CHANNEL);
+    let writer = Writer::new(client.clone(), config.writer, metrics.clone(), fence);
+    let writer = tokio::spawn(writer.run(rx, config.drain, health.clone()));
+    // Stopping before the end of the restore leaves nothing to write: the writer is told at once.
+    let writer = AbortOnDrop(Some(writer));
 
     let mut steps = Box::pin(raw_events(
         scoped(&client, &config.namespace),
@@ -209,7 +230,7 @@ pub async fn run(
     };
     let mut restart = Some(restart);
     if let Some(step) = held {
-        on_step(&mut engine, &metrics, &ready, &mut restart, step);
+        on_step(&mut engine, &metrics, &health, &mut restart, step);
     }
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -217,10 +238,16 @@ pub async fn run(
     housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let stop;
     loop {
-        forward(&mut engine, &tx, &metrics);
+        tokio::select! {
+            () = forward(&mut engine, &tx, &metrics) => {}
+            s = &mut shutdown => {
+                stop = s;
+                break;
+            }
+        }
         tokio::select! {
             step = steps.next() => match step {
-                Some(step) => on_step(&mut engine, &metrics, &ready, &mut restart, step),
+                Some(step) => on_step(&mut engine, &metrics, &health, &mut restart, step),
                 None => anyhow::bail!("raw event watch ended"),
             },
             update = policies.next() => match update? {
@@ -242,12 +269,25 @@ pub async fn run(
         }
     }
     drop(tx);
-    match stop {
-        Stop::Graceful => {
+    let mut writer = writer;
+    match (stop, writer.0.take()) {
+        (Stop::Graceful, Some(writer)) => {
             tracing::info!("shutting down: flushing pending writes");
             writer.await?;
         }
-        Stop::LeadershipLost => writer.abort(),
+        (_, Some(writer)) => writer.abort(),
+        (_, None) => {}
     }
     Ok(stop)
+}
+
+/// The writer task, aborted if the controller returns early (a stop during the restore).
+struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(task) = self.0.take() {
+            task.abort();
+        }
+    }
 }

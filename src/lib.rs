@@ -5,13 +5,16 @@
 //! [`object`] turns a series into the events.k8s.io object the API accepts and back, and
 //! [`config::settings`] says what each namespace's policy is. The shell performs it: [`watch`] lists
 //! and watches raw Events, [`restart`] rebuilds the engine from the API server, [`writer`] writes
-//! intents, [`config::policy_watch`] keeps policies live, [`leader`] elects one writer, [`server`] serves
-//! metrics and probes, and [`controller`] ties them together. `docs/ARCHITECTURE.md` draws the flow.
+//! intents, [`config::policy_watch`] keeps policies live, [`leader`] elects one writer and fences it,
+//! [`server`] serves metrics and probes ([`health`] says whether it is ready), [`client`] gives every
+//! request to the API server a deadline, and [`controller`] ties them together. `docs/ARCHITECTURE.md` draws the flow.
 
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod controller;
 pub mod engine;
+pub mod health;
 pub mod intent;
 pub mod key;
 pub mod leader;

@@ -1,14 +1,17 @@
 use anyhow::{Context, bail};
 use clap::Parser;
 use event_series::cli::{Cli, Command, LogFormat, RunArgs};
+use event_series::client::{self, WATCH_MARGIN};
 use event_series::config::Settings;
 use event_series::config::duration::{self, parse as parse_duration};
 use event_series::controller::{self, ControllerConfig, Stop};
-use event_series::leader::{Election, LeaseConfig};
+use event_series::health::Health;
+use event_series::leader::elector::Timings;
+use event_series::leader::{Election, LeaseConfig, WriteFence};
 use event_series::metrics::Metrics;
 use event_series::writer::WriterConfig;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 use tracing_subscriber::EnvFilter;
 
 // Alternative global allocators, only for measuring them (docs/BENCHMARKS.md, Memory: Allocators).
@@ -78,29 +81,39 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         series_window: parse_duration("--series-window", &args.series_window)?,
         ..Settings::default()
     };
-    let drain = parse_duration("--shutdown-timeout", &args.shutdown_timeout)?
-        .to_std()
-        .context("--shutdown-timeout")?;
+    let drain = std_duration("--shutdown-timeout", &args.shutdown_timeout)?;
     let watch_timeout_secs = parse_duration("--watch-timeout", &args.watch_timeout)?
         .num_seconds()
         .clamp(1, i64::from(u32::MAX)) as u32;
-    let mut kube_config = kube::Config::infer()
+    let request_timeout = std_duration("--request-timeout", &args.request_timeout)?;
+    let timings = Timings {
+        lease_duration: std_duration("--lease-duration", &args.lease_duration)?,
+        renew_deadline: std_duration("--renew-deadline", &args.renew_deadline)?,
+        retry_period: std_duration("--retry-period", &args.retry_period)?,
+    };
+    if args.leader_elect {
+        timings.validate().map_err(anyhow::Error::msg)?;
+    }
+    let identity = args.instance.clone().unwrap_or_else(default_identity);
+    let kube_config = kube::Config::infer()
         .await
         .context("no usable kubeconfig (KUBECONFIG, ~/.kube/config, or in-cluster)")?;
-    // The writer and the watch own retries (backoff with jitter, Retry-After, coalescing while
-    // waiting, metrics per answer); kube's built-in retry of 429/503 would hide them.
-    kube_config.default_retry = false;
     let lease_namespace = args
         .lease_namespace
         .clone()
         .unwrap_or_else(|| kube_config.default_namespace.clone());
-    let client = kube::Client::try_from(kube_config).context("building the API client")?;
+    let options = client::Options {
+        request_timeout,
+        user_agent: format!("event-series/{} ({identity})", env!("CARGO_PKG_VERSION")),
+    };
+    let client = client::build(kube_config, &options).context("building the API client")?;
     let metrics = Arc::new(Metrics::default());
-    let ready = Arc::new(AtomicBool::new(false));
+    let stall_after = Duration::from_secs(watch_timeout_secs.into()) + WATCH_MARGIN;
+    let health = Arc::new(Health::new(stall_after, request_timeout));
     let bound = event_series::server::serve(
         args.metrics_addr,
         Metrics::registry(&metrics),
-        ready.clone(),
+        health.clone(),
     )
     .await
     .with_context(|| format!("binding --metrics-addr {}", args.metrics_addr))?;
@@ -115,6 +128,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         writer: WriterConfig {
             qps: args.qps,
             burst: args.burst,
+            max_pending: args.max_pending_writes,
             ..WriterConfig::default()
         },
         drain,
@@ -124,20 +138,21 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     let mut election = None;
+    let mut fence = WriteFence::open();
     if args.leader_elect {
         let lease = LeaseConfig {
             name: args.lease_name.clone(),
             namespace: lease_namespace,
-            identity: args.instance.clone().unwrap_or_else(default_identity),
-            duration: parse_duration("--lease-duration", &args.lease_duration)?
-                .to_std()
-                .context("--lease-duration")?,
+            identity: identity.clone(),
+            timings,
+            request_timeout,
         };
-        let mut e = Election::join(client.clone(), &lease).await?;
+        let mut e = Election::start(client.clone(), lease.clone(), metrics.clone());
         // A standby is healthy and ready: it has nothing to serve until it leads.
-        ready.store(true, Ordering::Relaxed);
+        health.set_recovered(true);
         tracing::info!(lease = %lease.name, namespace = %lease.namespace, identity = %lease.identity,
-            "waiting for leadership");
+            lease_duration = ?timings.lease_duration, renew_deadline = ?timings.renew_deadline,
+            retry_period = ?timings.retry_period, "waiting for leadership");
         tokio::select! {
             acquired = e.acquired() => acquired?,
             _ = &mut shutdown => {
@@ -146,8 +161,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         }
         tracing::info!(identity = %lease.identity, "leading: rebuilding the series state");
-        ready.store(false, Ordering::Relaxed);
+        health.set_recovered(false);
+        fence = e.fence();
         election = Some(e);
+    } else {
+        metrics.leader.set(1);
     }
     let stop = async {
         let lost = async {
@@ -161,7 +179,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             _ = lost => Stop::LeadershipLost,
         }
     };
-    let stopped = controller::run(client, config, metrics, ready, stop).await?;
+    let stopped = controller::run(client, config, metrics, health, fence, stop).await?;
     if let Some(e) = election {
         e.release().await;
     }
@@ -170,6 +188,13 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// A duration flag as a std `Duration` (the Kubernetes form: `90s`, `1m30s`).
+fn std_duration(flag: &'static str, value: &str) -> anyhow::Result<Duration> {
+    parse_duration(flag, value)?
+        .to_std()
+        .with_context(|| format!("{flag}: must not be negative"))
 }
 
 /// The host name (the pod name in Kubernetes), else something unique to this process.

@@ -49,6 +49,10 @@ pub struct Metrics {
     pub api_requests: Family<RequestLabels, Counter>,
     pub watch_restarts: Counter,
     pub watch_relists: Counter,
+    pub watch_stalls: Counter,
+    /// 1 while this replica holds the Lease (or runs without leader election), else 0.
+    pub leader: Gauge,
+    pub writes_pending: Gauge,
     pub bookmarks: Counter,
     pub dropped: Family<DropLabels, Counter>,
     /// `ingest_lag_seconds`: see [`Metrics::ingest_lag`].
@@ -107,7 +111,9 @@ impl Metrics {
         );
         r.register(
             "api_requests",
-            "Write requests to the API server by verb and HTTP code",
+            "Requests to the API server (series writes, Lease reads and writes), by verb and code: \
+             the HTTP status, `timeout` when no answer came within the deadline, `error` when the \
+             connection failed",
             metrics.api_requests.clone(),
         );
         r.register(
@@ -119,6 +125,22 @@ impl Metrics {
             "watch_relists",
             "Full relists of raw events (after 410 Gone)",
             metrics.watch_relists.clone(),
+        );
+        r.register(
+            "watch_stalls",
+            "Raw-event watches abandoned because nothing, not even a bookmark, arrived for \
+             --watch-timeout plus a margin (then resumed from the last resourceVersion)",
+            metrics.watch_stalls.clone(),
+        );
+        r.register(
+            "leader",
+            "1 on the replica that holds the Lease (and without leader election), 0 on a standby",
+            metrics.leader.clone(),
+        );
+        r.register(
+            "writes_pending",
+            "Series writes waiting to be made (one per series: newer states replace older ones)",
+            metrics.writes_pending.clone(),
         );
         r.register(
             "bookmarks",
@@ -143,10 +165,15 @@ impl Metrics {
     }
 
     pub fn request(&self, verb: &str, code: u16) {
+        self.request_code(verb, &code.to_string());
+    }
+
+    /// One request answered with `code`: an HTTP status, `timeout` or `error`.
+    pub fn request_code(&self, verb: &str, code: &str) {
         self.api_requests
             .get_or_create(&RequestLabels {
                 verb: verb.to_owned(),
-                code: code.to_string(),
+                code: code.to_owned(),
             })
             .inc();
     }

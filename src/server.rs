@@ -1,6 +1,7 @@
 //! The operations HTTP server: `/metrics` (Prometheus text), `/healthz` (the process serves),
-//! `/readyz` (the engine has been rebuilt and the watch is live).
+//! `/readyz` ([`Health`]: rebuilt, the watch alive, the writes going through).
 
+use crate::health::Health;
 use crate::metrics::encode;
 use http_body_util::Full;
 use hyper::body::Bytes;
@@ -12,7 +13,6 @@ use prometheus_client::registry::Registry;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::net::TcpListener;
 
 fn respond(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
@@ -26,7 +26,7 @@ fn respond(status: StatusCode, content_type: &str, body: String) -> Response<Ful
     response
 }
 
-fn route(path: &str, registry: &Registry, ready: &AtomicBool) -> Response<Full<Bytes>> {
+fn route(path: &str, registry: &Registry, health: &Health) -> Response<Full<Bytes>> {
     match path {
         "/metrics" => respond(
             StatusCode::OK,
@@ -34,14 +34,14 @@ fn route(path: &str, registry: &Registry, ready: &AtomicBool) -> Response<Full<B
             encode(registry),
         ),
         "/healthz" => respond(StatusCode::OK, "text/plain", "ok\n".into()),
-        "/readyz" if ready.load(Ordering::Relaxed) => {
-            respond(StatusCode::OK, "text/plain", "ok\n".into())
-        }
-        "/readyz" => respond(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "text/plain",
-            "recovering\n".into(),
-        ),
+        "/readyz" => match health.readiness(std::time::Instant::now()) {
+            Ok(()) => respond(StatusCode::OK, "text/plain", "ok\n".into()),
+            Err(why) => respond(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain",
+                format!("{}\n", why.as_str()),
+            ),
+        },
         _ => respond(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
     }
 }
@@ -50,7 +50,7 @@ fn route(path: &str, registry: &Registry, ready: &AtomicBool) -> Response<Full<B
 pub async fn serve(
     addr: SocketAddr,
     registry: Registry,
-    ready: Arc<AtomicBool>,
+    health: Arc<Health>,
 ) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
@@ -60,10 +60,10 @@ pub async fn serve(
             let Ok((stream, _)) = listener.accept().await else {
                 continue;
             };
-            let (registry, ready) = (registry.clone(), ready.clone());
+            let (registry, health) = (registry.clone(), health.clone());
             tokio::spawn(async move {
                 let service = service_fn(move |req: Request<hyper::body::Incoming>| {
-                    let response = route(req.uri().path(), &registry, &ready);
+                    let response = route(req.uri().path(), &registry, &health);
                     async move { Ok::<_, Infallible>(response) }
                 });
                 if let Err(e) = http1::Builder::new()

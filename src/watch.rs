@@ -12,6 +12,7 @@
 //!     │   ▲                              │   ▲
 //!     └───┘ next page                    │   └── stream ended or failed: watch again from rv
 //!   failure: the same page after backoff └──── request failed: the same watch after backoff
+//!                                         └──── silent (stalled): the same watch at once
 //! ```
 //!
 //! | state | input | next state | steps handed on |
@@ -20,14 +21,17 @@
 //! | `Listing` | the last page, at list resourceVersion `rv` | `Watching{rv}` | `ListStarted` (if first), `Listed`…, `ListDone{rv}` |
 //! | `Watching{rv}` | an added, modified or deleted object at `rv'` | `Watching{rv'}` | `Applied` or `Deleted` |
 //! | `Watching{rv}` | a bookmark at `rv'` | `Watching{rv'}` | `Bookmark{rv'}` |
-//! | `Watching{rv}` | the stream ended (server timeout) | `Watching{rv}` | `Restarted` |
+//! | `Watching{rv}` | the stream ended (server timeout) | `Watching{rv}` | `Restarted{clean}` |
 //! | `Watching{rv}` | the stream failed | `Watching{rv}` | `Failed`, then `Restarted` |
+//! | `Watching{rv}` | the stream went silent for its timeout plus a margin | `Watching{rv}` | `Stalled`, then `Restarted` at once |
 //! | any | a request failed | unchanged | `Failed` (the shell waits `retry_in`) |
 //! | any | 410 Gone (request, stream or error event) | `Listing` from scratch, `relist` | none until the next page |
 //!
 //! A relist happens only on 410 Gone; every other interruption resumes from the last resourceVersion
-//! seen, bookmarks included. [`Watch`] does no I/O, so every decision is unit-tested without a server.
+//! seen, bookmarks included. A silent watch (a dead connection: no FIN, no RST) is ended by the
+//! client's watch deadline ([`crate::client`]), reported as a stall and resumed at once. [`Watch`] does no I/O, so every decision is unit-tested without a server.
 
+use crate::client::{self, DeadlineExceeded};
 use crate::object::not_managed_selector;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Event;
@@ -58,8 +62,14 @@ pub enum Step {
     Bookmark {
         resource_version: String,
     },
-    /// The watch was re-established from the last resourceVersion (after a timeout or an error).
-    Restarted,
+    /// The watch was re-established from the last resourceVersion: `clean` after the server ended it
+    /// at its timeout, else after an error or a stall.
+    Restarted {
+        clean: bool,
+    },
+    /// The watch went silent (nothing, not even a bookmark, for its timeout plus a margin): the
+    /// connection is dead; it is resumed at once.
+    Stalled,
     /// A request failed; the watch retries after `retry_in`.
     Failed {
         error: String,
@@ -93,6 +103,8 @@ pub enum Request {
 pub enum Failure {
     /// 410 Gone: the resourceVersion (or continue token) is too old.
     Gone,
+    /// The stream went silent past its deadline.
+    Stalled,
     Other(String),
 }
 
@@ -100,6 +112,7 @@ impl Failure {
     pub fn of(e: &kube::Error) -> Failure {
         match e {
             kube::Error::Api(s) if s.code == 410 => Failure::Gone,
+            e if client::deadline_of(e) == Some(DeadlineExceeded::Silent) => Failure::Stalled,
             e => Failure::Other(e.to_string()),
         }
     }
@@ -219,14 +232,14 @@ impl Watch {
     /// resourceVersion.
     pub fn ended(&mut self) -> Step {
         self.delays = backoff();
-        Step::Restarted
+        Step::Restarted { clean: true }
     }
 
     /// The watch stream broke off.
     pub fn stream_failed(&mut self, failure: Failure) -> Vec<Step> {
         let mut steps = self.request_failed(failure);
         if matches!(self.state, State::Watching { .. }) {
-            steps.push(Step::Restarted);
+            steps.push(Step::Restarted { clean: false });
         }
         steps
     }
@@ -250,6 +263,8 @@ impl Watch {
                 };
                 Vec::new()
             }
+            // The connection died, not the server: a new one at once.
+            Failure::Stalled => vec![Step::Stalled],
             Failure::Other(error) => {
                 let retry_in = self.delays.next().unwrap_or(Duration::from_secs(30));
                 vec![Step::Failed { error, retry_in }]
@@ -403,7 +418,9 @@ mod tests {
                 Step::Applied(e) => format!("Applied({})", e.metadata.name.clone().unwrap()),
                 Step::Deleted(e) => format!("Deleted({})", e.metadata.name.clone().unwrap()),
                 Step::Bookmark { resource_version } => format!("Bookmark({resource_version})"),
-                Step::Restarted => "Restarted".into(),
+                Step::Restarted { clean: true } => "Ended".into(),
+                Step::Restarted { clean: false } => "Restarted".into(),
+                Step::Stalled => "Stalled".into(),
                 Step::Failed { .. } => "Failed".into(),
             })
             .collect()
@@ -472,7 +489,7 @@ mod tests {
         w.page(page(&[], None, "12"));
         w.watched(bookmark("40")).unwrap();
         // The server closed the stream at its timeout.
-        assert_eq!(kinds(&[w.ended()]), ["Restarted"]);
+        assert_eq!(kinds(&[w.ended()]), ["Ended"]);
         assert_eq!(watching(&w), Some("40"));
         // The connection broke.
         let steps = w.stream_failed(Failure::Other("reset".into()));
@@ -486,6 +503,35 @@ mod tests {
         let steps = w.watched(error(500)).unwrap_err();
         assert_eq!(kinds(&steps), ["Failed", "Restarted"]);
         assert_eq!(watching(&w), Some("40"));
+    }
+
+    #[test]
+    fn a_silent_watch_is_a_stall_resumed_at_once_from_the_last_version() {
+        let mut w = Watch::default();
+        w.page(page(&[], None, "12"));
+        w.watched(WatchEvent::Added(event("a", "30"))).unwrap();
+        w.watched(bookmark("44")).unwrap();
+        // What the client's watch deadline makes of a silent stream, as kube's watch stream hands it on.
+        let silent = kube::Error::ReadEvents(std::io::Error::other(Box::new(
+            DeadlineExceeded::Silent,
+        )
+            as Box<dyn std::error::Error + Send + Sync>));
+        assert_eq!(Failure::of(&silent), Failure::Stalled);
+        let steps = w.stream_failed(Failure::of(&silent));
+        assert_eq!(
+            kinds(&steps),
+            ["Stalled", "Restarted"],
+            "no wait, no relist"
+        );
+        assert_eq!(
+            w.request(),
+            Request::Watch {
+                resource_version: "44".into()
+            }
+        );
+        // A request that got no answer in time is an ordinary failure, retried after a delay.
+        let answer = kube::Error::Service(Box::new(DeadlineExceeded::Answer));
+        assert!(matches!(Failure::of(&answer), Failure::Other(_)));
     }
 
     #[test]

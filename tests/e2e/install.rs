@@ -149,6 +149,10 @@ async fn apply_k_installs_a_least_privilege_operator() -> Result<()> {
             "e2e-install",
             "--lease-duration",
             "5s",
+            "--renew-deadline",
+            "4s",
+            "--retry-period",
+            "1s",
         ],
     )?;
     let truth = emit_on(

@@ -1,0 +1,314 @@
+//! Leader election on a coordination.k8s.io/v1 Lease, so that several replicas can run and exactly one
+//! writes series, even when the API server is unreachable from one of them.
+//!
+//! [`elector`] decides (client-go's protocol, monotonic clock injected, no I/O); this module performs
+//! its reads and writes of the Lease every retry period and publishes the outcome: the [`Role`] the
+//! process follows, and the [`WriteFence`] the writer checks before every request.
+//!
+//! Written here rather than taken from a crate: `kube-lease-manager`, used before, never reported a
+//! lost lease while its renewals failed and compared expiry with the wall clock; a fence needs the
+//! time of the last successful renewal on the monotonic clock, which no crate exposes.
+//!
+//! A leader that cannot renew within the renew deadline is fenced at once (the writer issues nothing
+//! more, and every request it has in flight must be over before a standby could take the Lease),
+//! then the process exits 1 so that its Pod restarts as a standby. On SIGTERM the Lease is released
+//! so that a standby takes over at once.
+
+pub mod elector;
+
+use crate::client::timed_out;
+use crate::metrics::Metrics;
+use anyhow::Context;
+use elector::{Decision, Elector, Fence, Record, Timings};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
+use kube::Client;
+use kube::api::{Api, PostParams};
+use std::hash::{BuildHasher, Hasher};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+#[derive(Clone, Debug)]
+pub struct LeaseConfig {
+    pub name: String,
+    pub namespace: String,
+    /// The holder identity: the pod name in a Deployment.
+    pub identity: String,
+    pub timings: Timings,
+    /// The deadline of each read or write of the Lease (shortened further for a leader, see
+    /// [`Elector::renew_by`]).
+    pub request_timeout: Duration,
+}
+
+/// Where this replica stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Standby,
+    Leading,
+    /// It led and may not any more: fenced, it must stop.
+    Lost,
+}
+
+/// What the writer asks before each request: may it write, and by when must the request be over.
+#[derive(Clone, Default)]
+pub struct WriteFence(Option<Arc<Mutex<Elector>>>);
+
+impl WriteFence {
+    /// No election: always open.
+    pub fn open() -> WriteFence {
+        WriteFence(None)
+    }
+
+    /// Whether a request may start at `now`, and its latest end.
+    pub fn check(&self, now: Instant) -> Fence {
+        match &self.0 {
+            None => Fence::Open {
+                until: now + Duration::from_secs(365 * 24 * 3600),
+            },
+            Some(elector) => lock(elector).fence(now),
+        }
+    }
+}
+
+fn lock(elector: &Mutex<Elector>) -> MutexGuard<'_, Elector> {
+    // The elector's state stays consistent across a panic elsewhere (every update is one assignment).
+    elector
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A running election for one replica.
+pub struct Election {
+    elector: Arc<Mutex<Elector>>,
+    role: watch::Receiver<Role>,
+    task: JoinHandle<()>,
+    api: Api<Lease>,
+    config: LeaseConfig,
+}
+
+impl Election {
+    /// Joins the election: reads (and creates, or takes) the Lease every retry period from now on.
+    pub fn start(client: Client, config: LeaseConfig, metrics: Arc<Metrics>) -> Election {
+        let api: Api<Lease> = Api::namespaced(client, &config.namespace);
+        let elector = Arc::new(Mutex::new(Elector::new(
+            config.identity.clone(),
+            config.timings,
+        )));
+        let (tx, role) = watch::channel(Role::Standby);
+        let task = tokio::spawn(campaign(
+            api.clone(),
+            elector.clone(),
+            tx,
+            config.clone(),
+            metrics,
+        ));
+        Election {
+            elector,
+            role,
+            task,
+            api,
+            config,
+        }
+    }
+
+    /// Resolves once this replica leads.
+    pub async fn acquired(&mut self) -> anyhow::Result<()> {
+        self.role
+            .wait_for(|r| *r == Role::Leading)
+            .await
+            .context("the election stopped")?;
+        Ok(())
+    }
+
+    /// Resolves when this replica, having led, may no longer write (or the election stopped).
+    pub async fn lost(&mut self) {
+        let _ = self.role.wait_for(|r| *r == Role::Lost).await;
+    }
+
+    /// The fence for the writer.
+    pub fn fence(&self) -> WriteFence {
+        WriteFence(Some(self.elector.clone()))
+    }
+
+    /// Leaves the election; if this replica still leads, the Lease is released (no holder, a one
+    /// second duration, as client-go does) so that a standby takes over without waiting.
+    pub async fn release(self) {
+        self.task.abort();
+        let now = Instant::now();
+        let (until, rv, transitions) = {
+            let e = lock(&self.elector);
+            match (e.fence(now), e.held()) {
+                (Fence::Open { until }, Some((rv, record))) => {
+                    (until, rv.to_owned(), record.transitions)
+                }
+                _ => return,
+            }
+        };
+        let wall = Timestamp::now();
+        let released = Record {
+            holder: String::new(),
+            lease_duration_secs: 1,
+            acquire_time: Some(wall),
+            renew_time: Some(wall),
+            transitions,
+        };
+        let mut lease = lease_object(&self.config, &released);
+        lease.metadata.resource_version = Some(rv);
+        let deadline = until.min(now + self.config.request_timeout);
+        let params = PostParams::default();
+        let release = self.api.replace(&self.config.name, &params, &lease);
+        match tokio::time::timeout_at(deadline.into(), release).await {
+            Ok(Ok(_)) => tracing::info!("lease released"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "releasing the lease failed"),
+            Err(_) => tracing::warn!("releasing the lease timed out"),
+        }
+    }
+}
+
+fn lease_object(config: &LeaseConfig, record: &Record) -> Lease {
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(config.name.clone()),
+            namespace: Some(config.namespace.clone()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(record.spec()),
+    }
+}
+
+/// A random factor in [1, 1.2): standbys retry with jitter, as client-go's do, so that they do not
+/// all ask at the same instant.
+fn jitter(d: Duration) -> Duration {
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    d.mul_f64(1.0 + 0.2 * (random % 1000) as f64 / 1000.0)
+}
+
+/// Counts one Lease request in `api_requests_total` and says whether it answered at all.
+fn counted<T>(metrics: &Metrics, verb: &str, result: &Result<kube::Result<T>, ()>) {
+    let code = match result {
+        Err(()) => "timeout".to_owned(),
+        Ok(Ok(_)) => "200".to_owned(),
+        Ok(Err(kube::Error::Api(s))) => s.code.to_string(),
+        Ok(Err(e)) if timed_out(e) => "timeout".to_owned(),
+        Ok(Err(_)) => "error".to_owned(),
+    };
+    metrics.request_code(verb, &code);
+}
+
+/// The election loop: one read (and maybe one write) of the Lease per retry period; publishes
+/// `Leading` after a successful acquire, `Lost` (and ends) once a leader's fence has closed.
+async fn campaign(
+    api: Api<Lease>,
+    elector: Arc<Mutex<Elector>>,
+    role: watch::Sender<Role>,
+    config: LeaseConfig,
+    metrics: Arc<Metrics>,
+) {
+    let timings = config.timings;
+    loop {
+        let now = Instant::now();
+        let (leading, renew_by) = {
+            let e = lock(&elector);
+            (e.leading(now), e.renew_by())
+        };
+        if *role.borrow() == Role::Leading && !leading {
+            tracing::error!(
+                renew_deadline = ?timings.renew_deadline,
+                "leadership lost: no renewal within the renew deadline, or another holder; writes fenced"
+            );
+            metrics.leader.set(0);
+            let _ = role.send(Role::Lost);
+            return;
+        }
+        // A leader's requests must be over by the renew deadline: it is fenced then anyway.
+        let mut deadline = now + config.request_timeout;
+        if leading && let Some(by) = renew_by {
+            deadline = deadline.min(by);
+        }
+        let read = tokio::time::timeout_at(deadline.into(), api.get_opt(&config.name))
+            .await
+            .map_err(drop);
+        counted(&metrics, "get", &read);
+        match read {
+            Ok(Ok(lease)) => {
+                let observed = lease.map(|l| {
+                    let rv = l.metadata.resource_version.clone().unwrap_or_default();
+                    (rv, Record::of(&l))
+                });
+                let decision = {
+                    let mut e = lock(&elector);
+                    e.observe(Instant::now(), observed);
+                    e.decide(Instant::now(), Timestamp::now())
+                };
+                let params = PostParams::default();
+                let sent = Instant::now();
+                let write = match decision {
+                    Decision::Wait => None,
+                    Decision::Create(record) => {
+                        let lease = lease_object(&config, &record);
+                        let create = api.create(&params, &lease);
+                        Some((
+                            "create",
+                            tokio::time::timeout_at(deadline.into(), create).await,
+                        ))
+                    }
+                    Decision::Update {
+                        record,
+                        resource_version,
+                    } => {
+                        let mut lease = lease_object(&config, &record);
+                        lease.metadata.resource_version = Some(resource_version);
+                        let update = api.replace(&config.name, &params, &lease);
+                        Some((
+                            "update",
+                            tokio::time::timeout_at(deadline.into(), update).await,
+                        ))
+                    }
+                };
+                if let Some((verb, answer)) = write {
+                    let answer = answer.map_err(drop);
+                    counted(&metrics, verb, &answer);
+                    match answer {
+                        Ok(Ok(lease)) => {
+                            let rv = lease.metadata.resource_version.clone().unwrap_or_default();
+                            lock(&elector).written(sent, rv, Record::of(&lease));
+                        }
+                        Ok(Err(kube::Error::Api(s))) if s.code == 409 => {
+                            tracing::debug!("lease changed under us; reading it again");
+                        }
+                        Ok(Err(e)) => tracing::warn!(error = %e, verb, "lease write failed"),
+                        Err(()) => tracing::warn!(verb, "lease write timed out"),
+                    }
+                }
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "reading the lease failed"),
+            Err(()) => tracing::warn!("reading the lease timed out"),
+        }
+        let now = Instant::now();
+        let (leading, renew_by) = {
+            let e = lock(&elector);
+            (e.leading(now), e.renew_by())
+        };
+        if leading && *role.borrow() == Role::Standby {
+            tracing::info!(identity = %config.identity, "lease acquired");
+            metrics.leader.set(1);
+            let _ = role.send(Role::Leading);
+        }
+        let mut next = now
+            + if leading {
+                timings.retry_period
+            } else {
+                jitter(timings.retry_period)
+            };
+        if leading && let Some(by) = renew_by {
+            // Wake when the fence closes, to report it at once.
+            next = next.min(by);
+        }
+        tokio::time::sleep_until(next.into()).await;
+    }
+}

@@ -1,0 +1,388 @@
+//! The writer: performs the engine's intents against events.k8s.io/v1, in its own task, so that a
+//! slow or throttled API server never holds up the watch.
+//!
+//! - [`queue`] holds the pending writes (pure): one per series, latest state wins, due writes from
+//!   a heap, bounded; this module performs them.
+//! - A client-side rate limit (QPS and burst, `governor`) paces every request.
+//! - Heartbeats and finishes are JSON merge patches of the whole series object (RBAC verb `patch`).
+//! - What to do after each answer is decided by [`next`], a pure function: 409 on create → patch
+//!   (the object exists: a repeated create); 404 on patch → create (the object vanished: TTL or
+//!   deleted); 429, 5xx, timeouts and transport errors → retry after exponential backoff with jitter
+//!   (`backon`), never sooner than the server's Retry-After; other 4xx → logged with the object,
+//!   counted in `dropped_total{reason="rejected"}`, not retried.
+//! - Before each request the writer asks the [`WriteFence`]: a replica that may no longer lead starts
+//!   nothing, and every request must be over before another replica could take the Lease.
+
+pub mod queue;
+
+use crate::client::timed_out;
+use crate::health::Health;
+use crate::intent::Intent;
+use crate::leader::WriteFence;
+use crate::leader::elector::Fence;
+use crate::metrics::Metrics;
+use crate::object::to_event;
+use futures::stream::{FuturesUnordered, StreamExt};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use k8s_openapi::api::events::v1::Event;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use queue::{Job, Queue, Settled};
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc::Receiver;
+use tokio::time::Instant;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verb {
+    Create,
+    Patch,
+}
+
+impl Verb {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Create => "create",
+            Verb::Patch => "patch",
+        }
+    }
+}
+
+/// How a request ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// An HTTP answer, with the server's Retry-After when it gave one.
+    Status {
+        code: u16,
+        retry_after: Option<Duration>,
+        message: String,
+    },
+    /// No answer within the deadline.
+    Timeout,
+    /// The connection failed before an answer.
+    Transport(String),
+}
+
+impl Answer {
+    /// The `code` label of `api_requests_total`.
+    pub fn code(&self) -> String {
+        match self {
+            Answer::Status { code, .. } => code.to_string(),
+            Answer::Timeout => "timeout".into(),
+            Answer::Transport(_) => "error".into(),
+        }
+    }
+
+    fn of(result: kube::Result<()>, ok: u16) -> Answer {
+        match result {
+            Ok(()) => Answer::Status {
+                code: ok,
+                retry_after: None,
+                message: String::new(),
+            },
+            Err(kube::Error::Api(status)) => Answer::Status {
+                code: status.code,
+                retry_after: status
+                    .details
+                    .as_ref()
+                    .map(|d| Duration::from_secs(d.retry_after_seconds.into()))
+                    .filter(|d| !d.is_zero()),
+                message: status.message.clone(),
+            },
+            Err(e) if timed_out(&e) => Answer::Timeout,
+            Err(e) => Answer::Transport(e.to_string()),
+        }
+    }
+}
+
+/// What to do after an answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Next {
+    Done,
+    Then(Verb),
+    /// Retry the same verb, not before this (the server's Retry-After), or after the next backoff.
+    Retry {
+        at_least: Duration,
+    },
+    Reject(String),
+}
+
+/// Decides the next step after a write's answer.
+pub fn next(verb: Verb, answer: &Answer) -> Next {
+    let (code, retry_after, message) = match answer {
+        Answer::Timeout | Answer::Transport(_) => {
+            return Next::Retry {
+                at_least: Duration::ZERO,
+            };
+        }
+        Answer::Status {
+            code,
+            retry_after,
+            message,
+        } => (*code, *retry_after, message),
+    };
+    match (verb, code) {
+        (_, 200..=299) => Next::Done,
+        (Verb::Create, 409) => Next::Then(Verb::Patch),
+        (Verb::Patch, 404) => Next::Then(Verb::Create),
+        // An update conflict: write the latest state again.
+        (Verb::Patch, 409) => Next::Retry {
+            at_least: Duration::ZERO,
+        },
+        (_, 429 | 500..=599) => Next::Retry {
+            at_least: retry_after.unwrap_or(Duration::ZERO),
+        },
+        (_, code) => Next::Reject(format!("HTTP {code}: {message}")),
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct WriterConfig {
+    pub qps: f64,
+    pub burst: u32,
+    /// Writes in flight at once.
+    pub concurrency: usize,
+    /// Most series with a write pending; beyond it the writer stops taking intents, which holds up
+    /// the controller (back-pressure) instead of growing without bound.
+    pub max_pending: usize,
+}
+
+impl Default for WriterConfig {
+    fn default() -> Self {
+        WriterConfig {
+            qps: 50.0,
+            burst: 100,
+            concurrency: 8,
+            max_pending: 200_000,
+        }
+    }
+}
+
+/// What one request answered.
+struct Outcome {
+    job: Job,
+    answer: Answer,
+}
+
+pub struct Writer {
+    client: Client,
+    config: WriterConfig,
+    metrics: Arc<Metrics>,
+    limiter: Arc<DefaultDirectRateLimiter>,
+    fence: WriteFence,
+    queue: Queue,
+    /// The queue was shrunk after a burst that has not ended yet.
+    after_burst: bool,
+}
+
+impl Writer {
+    pub fn new(
+        client: Client,
+        config: WriterConfig,
+        metrics: Arc<Metrics>,
+        fence: WriteFence,
+    ) -> Writer {
+        let per_second =
+            NonZeroU32::new(config.qps.ceil().max(1.0) as u32).unwrap_or(NonZeroU32::MIN);
+        let burst = NonZeroU32::new(config.burst.max(1)).unwrap_or(NonZeroU32::MIN);
+        let period = Duration::from_secs_f64(1.0 / config.qps.max(0.001));
+        let quota = Quota::with_period(period)
+            .unwrap_or_else(|| Quota::per_second(per_second))
+            .allow_burst(burst);
+        Writer {
+            client,
+            queue: Queue::new(config.max_pending),
+            config,
+            metrics,
+            limiter: Arc::new(RateLimiter::direct(quota)),
+            fence,
+            after_burst: false,
+        }
+    }
+
+    /// One request, over by `until` (the fence's limit) at the latest.
+    fn write(&self, job: Job, until: Instant) -> impl Future<Output = Outcome> + use<> {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &job.target.namespace);
+        let object = to_event(&job.intent.series);
+        let (limiter, fence) = (self.limiter.clone(), self.fence.clone());
+        async move {
+            let request = async {
+                limiter.until_ready().await;
+                // The rate limit may have held the request past the fence: check again.
+                if !matches!(fence.check(std::time::Instant::now()), Fence::Open { .. }) {
+                    return Answer::Timeout;
+                }
+                match job.verb {
+                    Verb::Create => Answer::of(
+                        api.create(&PostParams::default(), &object).await.map(drop),
+                        201,
+                    ),
+                    Verb::Patch => Answer::of(
+                        api.patch(
+                            &job.target.name,
+                            &PatchParams::default(),
+                            &Patch::Merge(&object),
+                        )
+                        .await
+                        .map(drop),
+                        200,
+                    ),
+                }
+            };
+            let answer = tokio::time::timeout_at(until, request)
+                .await
+                .unwrap_or(Answer::Timeout);
+            Outcome { job, answer }
+        }
+    }
+
+    fn complete(&mut self, outcome: Outcome) {
+        let Outcome { job, answer } = outcome;
+        self.metrics.request_code(job.verb.as_str(), &answer.code());
+        let (namespace, name) = (&job.target.namespace, &job.target.name);
+        match self
+            .queue
+            .answered(std::time::Instant::now(), &job, &answer)
+        {
+            Settled::Done => self.settle(),
+            Settled::Rejected { why, intent } => {
+                tracing::error!(%namespace, %name, verb = job.verb.as_str(),
+                    object = ?to_event(&intent.series), error = %why, "series write rejected");
+                self.metrics.dropped("rejected", 1);
+                self.settle();
+            }
+            Settled::Again { after } if !after.is_zero() => {
+                tracing::debug!(%namespace, %name, answer = ?answer, retry_in = ?after,
+                    "write will be retried");
+            }
+            Settled::Again { .. } | Settled::Unknown => {}
+        }
+    }
+
+    /// A burst (every series created at once after a restart or a storm) grows the queue to its
+    /// size; it is given back once the burst has been written, and its pages handed back.
+    fn settle(&mut self) {
+        if self.queue.shrink() {
+            self.after_burst = true;
+        }
+        if self.queue.is_empty() && std::mem::take(&mut self.after_burst) {
+            crate::memory::release_free_pages();
+        }
+    }
+
+    /// Runs until `intents` is closed and every pending write is done, or `drain_deadline` (set once
+    /// intents close) passes. Reports its progress to `health` for `/readyz`.
+    pub async fn run(
+        mut self,
+        mut intents: Receiver<Intent>,
+        drain: Duration,
+        health: Arc<Health>,
+    ) {
+        let mut in_flight = FuturesUnordered::new();
+        let mut open = true;
+        let mut deadline: Option<Instant> = None;
+        loop {
+            let now = std::time::Instant::now();
+            let free = self.config.concurrency.saturating_sub(in_flight.len());
+            if free > 0 {
+                match self.fence.check(now) {
+                    Fence::Open { until } => {
+                        for job in self.queue.take_due(now, free) {
+                            in_flight.push(self.write(job, until.into()));
+                        }
+                    }
+                    Fence::Closed => {}
+                }
+            }
+            self.metrics.writes_pending.set(self.queue.len() as i64);
+            health.writes_stuck_since(self.queue.stuck_since(now));
+            let tnow = Instant::now();
+            if !open && (self.queue.is_empty() || deadline.is_some_and(|d| tnow >= d)) {
+                if !self.queue.is_empty() {
+                    tracing::warn!(
+                        pending = self.queue.len(),
+                        "shutdown: writes left unwritten"
+                    );
+                }
+                return;
+            }
+            // With every slot busy, only a finished write (or a new intent) can make progress: waking
+            // for a pending write that is already due would spin. A closed fence is waited out by
+            // the controller, which stops the writer.
+            let idle = tnow + Duration::from_secs(3600);
+            let wake = if in_flight.len() >= self.config.concurrency {
+                idle
+            } else {
+                self.queue.next_due().map_or(idle, |at| {
+                    Instant::from_std(at)
+                        .max(tnow + Duration::from_millis(1))
+                        .min(idle)
+                })
+            };
+            let wake = deadline.map_or(wake, |d| wake.min(d));
+            let accepting = open && !self.queue.is_full();
+            tokio::select! {
+                intent = intents.recv(), if accepting => match intent {
+                    Some(intent) => {
+                        // Take the backlog at once: a burst of creates costs one pass.
+                        let now = std::time::Instant::now();
+                        self.queue.push(now, intent);
+                        while !self.queue.is_full() && let Ok(intent) = intents.try_recv() {
+                            self.queue.push(now, intent);
+                        }
+                    }
+                    None => {
+                        open = false;
+                        deadline = Some(Instant::now() + drain);
+                    }
+                },
+                Some(outcome) = in_flight.next(), if !in_flight.is_empty() => self.complete(outcome),
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(code: u16, retry_after: Option<Duration>) -> Answer {
+        Answer::Status {
+            code,
+            retry_after,
+            message: "m".into(),
+        }
+    }
+
+    #[test]
+    fn answers_lead_to_the_spec_behaviour() {
+        use Verb::*;
+        assert_eq!(next(Create, &status(201, None)), Next::Done);
+        assert_eq!(next(Patch, &status(200, None)), Next::Done);
+        assert_eq!(next(Create, &status(409, None)), Next::Then(Patch));
+        assert_eq!(next(Patch, &status(404, None)), Next::Then(Create));
+        let s = Duration::from_secs(3);
+        assert_eq!(
+            next(Create, &status(429, Some(s))),
+            Next::Retry { at_least: s },
+            "429 honours Retry-After"
+        );
+        for code in [500, 503, 504] {
+            assert!(matches!(
+                next(Patch, &status(code, None)),
+                Next::Retry { .. }
+            ));
+        }
+        assert!(matches!(next(Patch, &Answer::Timeout), Next::Retry { .. }));
+        assert!(matches!(
+            next(Create, &Answer::Transport("reset".into())),
+            Next::Retry { .. }
+        ));
+        assert!(matches!(next(Create, &status(422, None)), Next::Reject(m) if m.contains("422")));
+        assert!(matches!(next(Patch, &status(403, None)), Next::Reject(_)));
+        assert_eq!(Answer::Timeout.code(), "timeout");
+        assert_eq!(status(503, None).code(), "503");
+    }
+}

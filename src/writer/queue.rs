@@ -1,0 +1,490 @@
+//! The writer's pending writes, with no I/O and the clock injected: which write is due, what an
+//! answer leads to, and whether the writer is making progress.
+//!
+//! - One entry per series object: a newer intent replaces the older one (latest state wins), so a
+//!   backoff never loses counts and never multiplies writes, and the queue is bounded by the number
+//!   of series with something left to write; [`Queue::is_full`] tells the shell to stop taking
+//!   intents (back-pressure) at `capacity`.
+//! - Due writes come from a min-heap of due times: O(log n) per write, whatever the backlog. Heap
+//!   entries are never updated in place; an entry whose epoch no longer matches its write is stale
+//!   and skipped when it surfaces.
+//! - An answer never discards a newer intent: a write rejected, or done, for an older state leaves
+//!   the newer one pending.
+
+use super::{Answer, Next, Verb, next};
+use crate::intent::{Intent, WriteKind};
+use crate::object;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The series object a write is for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Target {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Target {
+    pub fn of(intent: &Intent) -> Target {
+        let s = &intent.series;
+        Target {
+            namespace: object::namespace(&s.namespace, &s.key.view().regarding).to_owned(),
+            name: object::name_of(s),
+        }
+    }
+}
+
+/// A write handed to the shell to perform.
+#[derive(Clone, Debug)]
+pub struct Job {
+    pub target: Arc<Target>,
+    pub verb: Verb,
+    /// Which state of the series this write carries; its answer names it back.
+    pub seq: u64,
+    pub intent: Intent,
+}
+
+/// What an answer led to, for the shell's logs and metrics.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Settled {
+    /// Written; nothing newer is pending for this series.
+    Done,
+    /// Not written and not retried (a 4xx other than 404/409): the intent that was rejected.
+    Rejected { why: String, intent: Box<Intent> },
+    /// Another request follows: a different verb, a newer state, or a retry after `after`.
+    Again { after: Duration },
+    /// The answer was for a write the queue no longer knows.
+    Unknown,
+}
+
+struct Pending {
+    intent: Intent,
+    verb: Verb,
+    seq: u64,
+    not_before: Instant,
+    delays: backon::ExponentialBackoff,
+    in_flight: bool,
+    /// Which heap entry is current.
+    epoch: u64,
+}
+
+fn delays() -> backon::ExponentialBackoff {
+    crate::retry::delays(Duration::from_millis(100), Duration::from_secs(60))
+}
+
+fn first_verb(kind: WriteKind) -> Verb {
+    match kind {
+        WriteKind::Create => Verb::Create,
+        WriteKind::Heartbeat | WriteKind::Finish(_) => Verb::Patch,
+    }
+}
+
+pub struct Queue {
+    pending: HashMap<Arc<Target>, Pending>,
+    due: BinaryHeap<Reverse<(Instant, u64, Arc<Target>)>>,
+    seq: u64,
+    capacity: usize,
+    in_flight: usize,
+    /// Since when the queue has had work and no answer has moved it on (see [`Queue::stuck_for`]).
+    waiting_since: Option<Instant>,
+}
+
+impl Queue {
+    pub fn new(capacity: usize) -> Queue {
+        Queue {
+            pending: HashMap::new(),
+            due: BinaryHeap::new(),
+            seq: 0,
+            capacity: capacity.max(1),
+            in_flight: 0,
+            waiting_since: None,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// No more intents until some are written: the shell stops reading them.
+    pub fn is_full(&self) -> bool {
+        self.pending.len() >= self.capacity
+    }
+
+    fn schedule(&mut self, target: Arc<Target>, at: Instant) {
+        self.seq += 1;
+        if let Some(p) = self.pending.get_mut(&target) {
+            p.not_before = at;
+            p.epoch = self.seq;
+            self.due.push(Reverse((at, self.seq, target)));
+        }
+    }
+
+    /// Takes an intent: a new pending write due now, or the newer state of one already pending
+    /// (which keeps its place, its verb if it is still a create, and its backoff).
+    pub fn push(&mut self, now: Instant, intent: Intent) {
+        let target = Arc::new(Target::of(&intent));
+        self.seq += 1;
+        let seq = self.seq;
+        if self.pending.is_empty() {
+            self.waiting_since = Some(now);
+        }
+        if let Some(p) = self.pending.get_mut(&target) {
+            if p.verb != Verb::Create {
+                p.verb = first_verb(intent.kind);
+            }
+            p.intent = intent;
+            p.seq = seq;
+            return;
+        }
+        self.pending.insert(
+            target.clone(),
+            Pending {
+                verb: first_verb(intent.kind),
+                intent,
+                seq,
+                not_before: now,
+                delays: delays(),
+                in_flight: false,
+                epoch: 0,
+            },
+        );
+        self.schedule(target, now);
+    }
+
+    /// Drops heap entries that no longer name a waiting write.
+    fn skip_stale(&mut self) {
+        while let Some(Reverse((_, epoch, target))) = self.due.peek() {
+            let current = self
+                .pending
+                .get(target)
+                .is_some_and(|p| !p.in_flight && p.epoch == *epoch);
+            if current {
+                return;
+            }
+            self.due.pop();
+        }
+    }
+
+    /// When the next waiting write is due (`None`: none waits).
+    pub fn next_due(&mut self) -> Option<Instant> {
+        self.skip_stale();
+        self.due.peek().map(|Reverse((at, _, _))| *at)
+    }
+
+    /// Up to `limit` writes due at `now`, earliest first, marked in flight.
+    pub fn take_due(&mut self, now: Instant, limit: usize) -> Vec<Job> {
+        let mut jobs = Vec::new();
+        while jobs.len() < limit {
+            match self.next_due() {
+                Some(at) if at <= now => {}
+                _ => break,
+            }
+            let Some(Reverse((_, _, target))) = self.due.pop() else {
+                break;
+            };
+            let Some(p) = self.pending.get_mut(&target) else {
+                continue;
+            };
+            p.in_flight = true;
+            self.in_flight += 1;
+            jobs.push(Job {
+                verb: p.verb,
+                seq: p.seq,
+                intent: p.intent.clone(),
+                target,
+            });
+        }
+        jobs
+    }
+
+    /// A write was not made after all (the fence closed before it started): it waits again.
+    pub fn put_back(&mut self, now: Instant, job: Job) {
+        if let Some(p) = self.pending.get_mut(&job.target)
+            && p.in_flight
+        {
+            p.in_flight = false;
+            self.in_flight -= 1;
+            self.schedule(job.target, now);
+        }
+    }
+
+    /// The answer to `job` arrived at `now`.
+    pub fn answered(&mut self, now: Instant, job: &Job, answer: &Answer) -> Settled {
+        let Some(p) = self.pending.get_mut(&job.target) else {
+            return Settled::Unknown;
+        };
+        if p.in_flight {
+            p.in_flight = false;
+            self.in_flight -= 1;
+        }
+        let newer = p.seq != job.seq;
+        let settled = match next(job.verb, answer) {
+            Next::Done if newer => {
+                // A newer state arrived meanwhile: the object exists now, update it.
+                p.verb = Verb::Patch;
+                p.delays = delays();
+                Settled::Again {
+                    after: Duration::ZERO,
+                }
+            }
+            Next::Done => {
+                self.pending.remove(&job.target);
+                Settled::Done
+            }
+            Next::Then(verb) => {
+                p.verb = verb;
+                Settled::Again {
+                    after: Duration::ZERO,
+                }
+            }
+            Next::Retry { at_least } => {
+                let backoff = p.delays.next().unwrap_or(Duration::from_secs(60));
+                Settled::Again {
+                    after: backoff.max(at_least),
+                }
+            }
+            Next::Reject(why) if newer => {
+                // The rejected state is gone; the newer one is still to be written.
+                tracing::debug!(%why, "older state rejected; a newer one is pending");
+                Settled::Again {
+                    after: Duration::ZERO,
+                }
+            }
+            Next::Reject(why) => {
+                let p = self.pending.remove(&job.target);
+                Settled::Rejected {
+                    why,
+                    intent: Box::new(p.map_or_else(|| job.intent.clone(), |p| p.intent)),
+                }
+            }
+        };
+        if let Settled::Again { after } = settled {
+            self.schedule(job.target.clone(), now + after);
+        }
+        let progress = !matches!(next(job.verb, answer), Next::Retry { .. } | Next::Reject(_))
+            || matches!(settled, Settled::Rejected { .. });
+        if self.pending.is_empty() {
+            self.waiting_since = None;
+        } else if progress {
+            self.waiting_since = Some(now);
+        }
+        settled
+    }
+
+    /// Since when the queue has had work without any write going through, if it has work that is
+    /// due or in flight at `now`: `/readyz` fails when that is longer ago than the request timeout.
+    pub fn stuck_since(&mut self, now: Instant) -> Option<Instant> {
+        let since = self.waiting_since?;
+        let working = self.in_flight > 0 || self.next_due().is_some_and(|at| at <= now);
+        working.then_some(since)
+    }
+
+    /// Gives back the memory of a burst once it has been written; whether it did.
+    pub fn shrink(&mut self) -> bool {
+        let (len, capacity) = (self.pending.len(), self.pending.capacity());
+        let shrink = capacity > 1024 && len * 4 < capacity;
+        if shrink {
+            self.pending.shrink_to(len * 2);
+            self.due.shrink_to(len * 2);
+        }
+        shrink
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Settings;
+    use crate::engine::Engine;
+    use crate::intent::FinishCause;
+    use chrono::Utc;
+
+    /// The create intent of a distinct series (one per pod), as the engine makes it, then given
+    /// `kind` and `count`.
+    fn intent(pod: &str, kind: WriteKind, count: u64) -> Intent {
+        let now = Utc::now();
+        let raw: k8s_openapi::api::core::v1::Event = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("{pod}.1"), "namespace": "ns", "uid": pod},
+            "involvedObject": {"kind": "Pod", "name": pod, "namespace": "ns"},
+            "reason": "BackOff", "message": "m", "type": "Warning",
+            "source": {"component": "kubelet"},
+            "firstTimestamp": now, "lastTimestamp": now, "count": 2
+        }))
+        .unwrap();
+        let mut engine = Engine::with_settings(Settings::default());
+        engine.observe(now, &crate::key::normalise(&raw).unwrap());
+        let mut intent = engine.take_intents().remove(0);
+        intent.kind = kind;
+        intent.series.count = count;
+        intent
+    }
+
+    /// The object name of pod `pod`'s series.
+    fn name(pod: &str) -> String {
+        Target::of(&intent(pod, WriteKind::Create, 2)).name
+    }
+
+    fn status(code: u16) -> Answer {
+        Answer::Status {
+            code,
+            retry_after: None,
+            message: String::new(),
+        }
+    }
+
+    fn names(jobs: &[Job]) -> Vec<String> {
+        jobs.iter().map(|j| j.target.name.clone()).collect()
+    }
+
+    #[test]
+    fn due_writes_come_earliest_first_and_backoff_reorders_them() {
+        let t0 = Instant::now();
+        let mut q = Queue::new(100);
+        for (i, pod) in ["a", "b", "c"].iter().enumerate() {
+            q.push(
+                t0 + Duration::from_millis(i as u64),
+                intent(pod, WriteKind::Create, 2),
+            );
+        }
+        let now = t0 + Duration::from_secs(1);
+        let jobs = q.take_due(now, 2);
+        assert_eq!(names(&jobs), [name("a"), name("b")]);
+        assert_eq!(q.in_flight(), 2);
+        // a fails (503) and backs off; b is done; c is next, then a once its backoff has passed.
+        assert!(matches!(
+            q.answered(now, &jobs[0], &status(503)),
+            Settled::Again { after } if after > Duration::ZERO
+        ));
+        assert_eq!(q.answered(now, &jobs[1], &status(201)), Settled::Done);
+        let jobs = q.take_due(now, 10);
+        assert_eq!(names(&jobs), [name("c")]);
+        let later = now + Duration::from_secs(120);
+        assert_eq!(q.next_due().map(|at| at > now), Some(true));
+        assert_eq!(names(&q.take_due(later, 10)), [name("a")]);
+    }
+
+    #[test]
+    fn a_newer_intent_coalesces_and_survives_the_rejection_of_the_older() {
+        let t0 = Instant::now();
+        let mut q = Queue::new(100);
+        q.push(t0, intent("a", WriteKind::Create, 2));
+        let job = q.take_due(t0, 10).remove(0);
+        // While the create is in flight, two newer states arrive: one entry, the latest state.
+        q.push(t0, intent("a", WriteKind::Heartbeat, 5));
+        q.push(t0, intent("a", WriteKind::Finish(FinishCause::Quiet), 9));
+        assert_eq!(q.len(), 1);
+        let settled = q.answered(t0, &job, &status(422));
+        assert_eq!(
+            settled,
+            Settled::Again {
+                after: Duration::ZERO
+            }
+        );
+        let retry = q.take_due(t0, 10).remove(0);
+        assert_eq!(retry.intent.series.count, 9, "the newer state is written");
+        assert_eq!(retry.verb, Verb::Create, "the object was never created");
+        // Rejected again, now for the latest state: settled, reported with that state.
+        let Settled::Rejected { intent, why } = q.answered(t0, &retry, &status(422)) else {
+            panic!()
+        };
+        assert_eq!(intent.series.count, 9);
+        assert!(why.contains("422"));
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn a_write_done_for_an_older_state_is_followed_by_a_patch_with_the_newer() {
+        let t0 = Instant::now();
+        let mut q = Queue::new(100);
+        q.push(t0, intent("a", WriteKind::Create, 2));
+        let job = q.take_due(t0, 10).remove(0);
+        q.push(t0, intent("a", WriteKind::Heartbeat, 7));
+        assert!(matches!(
+            q.answered(t0, &job, &status(201)),
+            Settled::Again { .. }
+        ));
+        let job = q.take_due(t0, 10).remove(0);
+        assert_eq!((job.verb, job.intent.series.count), (Verb::Patch, 7));
+        assert_eq!(q.answered(t0, &job, &status(200)), Settled::Done);
+    }
+
+    #[test]
+    fn conflicts_and_vanished_objects_switch_the_verb() {
+        let t0 = Instant::now();
+        let mut q = Queue::new(100);
+        q.push(t0, intent("a", WriteKind::Create, 2));
+        let job = q.take_due(t0, 1).remove(0);
+        q.answered(t0, &job, &status(409));
+        let job = q.take_due(t0, 1).remove(0);
+        assert_eq!(job.verb, Verb::Patch);
+        q.answered(t0, &job, &status(404));
+        assert_eq!(q.take_due(t0, 1)[0].verb, Verb::Create);
+    }
+
+    #[test]
+    fn the_queue_is_bounded_and_reports_a_writer_that_gets_nothing_through() {
+        let t0 = Instant::now();
+        let mut q = Queue::new(2);
+        q.push(t0, intent("a", WriteKind::Create, 2));
+        assert!(!q.is_full());
+        q.push(t0, intent("b", WriteKind::Create, 2));
+        assert!(q.is_full());
+        // Timeouts: due work, no progress.
+        let mut now = t0;
+        for _ in 0..5 {
+            now += Duration::from_secs(10);
+            for job in q.take_due(now, 10) {
+                q.answered(now, &job, &Answer::Timeout);
+            }
+            now += Duration::from_secs(70);
+        }
+        assert!(now - q.stuck_since(now).unwrap() > Duration::from_secs(300));
+        // One write goes through: progress, the clock restarts.
+        let job = q.take_due(now, 1).remove(0);
+        q.answered(now, &job, &status(201));
+        assert_eq!(q.stuck_since(now), Some(now));
+        let job = q.take_due(now, 1).remove(0);
+        q.answered(now, &job, &status(201));
+        assert_eq!(q.stuck_since(now), None, "nothing left to write");
+    }
+
+    #[test]
+    fn a_write_put_back_before_it_started_waits_again() {
+        let t0 = Instant::now();
+        let mut q = Queue::new(10);
+        q.push(t0, intent("a", WriteKind::Create, 2));
+        let job = q.take_due(t0, 1).remove(0);
+        q.put_back(t0, job);
+        assert_eq!(q.in_flight(), 0);
+        assert_eq!(names(&q.take_due(t0, 1)), [name("a")]);
+    }
+
+    #[test]
+    fn many_writes_leave_no_stale_entries_behind() {
+        let t0 = Instant::now();
+        let mut q = Queue::new(100_000);
+        for i in 0..2_000 {
+            q.push(t0, intent(&format!("p{i}"), WriteKind::Create, 2));
+        }
+        let mut written = 0;
+        while let Some(at) = q.next_due() {
+            for job in q.take_due(at, 64) {
+                assert_eq!(q.answered(at, &job, &status(201)), Settled::Done);
+                written += 1;
+            }
+        }
+        assert_eq!(written, 2_000);
+        assert!(q.is_empty());
+        assert_eq!(q.due.len(), 0);
+    }
+}
