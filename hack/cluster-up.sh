@@ -163,8 +163,29 @@ for attempt in 1 2 3; do
   #   address, and nothing in-cluster needs it: off.
   # - system:masters (the admin client cert) is always authorized; everyone else
   #   goes through RBAC.
+  # The audit log records every write of series objects and Leases (who, when, with which
+  # User-Agent), so that tests can check that no replica wrote when it must not have.
+  cat >"$DIR/audit-policy.yaml" <<'AUDIT'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+    verbs: ["create", "update", "patch", "delete"]
+    resources:
+      - group: "events.k8s.io"
+        resources: ["events"]
+      - group: "coordination.k8s.io"
+        resources: ["leases"]
+  - level: None
+AUDIT
+  : >"$DIR/audit.log"
   # shellcheck disable=SC2086
   setsid nohup "$BIN/kube-apiserver" \
+    --audit-policy-file="$DIR/audit-policy.yaml" \
+    --audit-log-path="$DIR/audit.log" \
+    --audit-log-mode=blocking \
+    --audit-log-maxsize=200 \
     --advertise-address=127.0.0.1 \
     --endpoint-reconciler-type=none \
     --bind-address=127.0.0.1 \

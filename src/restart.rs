@@ -126,6 +126,7 @@ impl Restart {
 /// that cannot be read is skipped with a log line and a metric.
 async fn restore_own_series(api: &Api<Event>, engine: &mut Engine, metrics: &Metrics) {
     let started = Instant::now();
+    tracing::info!("restoring own series objects");
     let mut params = ListParams::default()
         .labels(&object::managed_selector())
         .limit(OWN_PAGE_SIZE);

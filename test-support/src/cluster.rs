@@ -40,6 +40,39 @@ pub fn kubeconfig() -> &'static Path {
     })
 }
 
+/// The apiserver's address (`host:port` of the kubeconfig's server URL).
+pub fn apiserver_addr(kubeconfig: &Path) -> Result<std::net::SocketAddr> {
+    let text = std::fs::read_to_string(kubeconfig)?;
+    let server = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .context("no server in the kubeconfig")?;
+    let hostport = server
+        .trim()
+        .trim_start_matches("https://")
+        .trim_end_matches('/');
+    Ok(hostport.parse()?)
+}
+
+/// A copy of `kubeconfig` (at `path`) whose server is `addr`, for instance a fault proxy in front of
+/// the apiserver. The apiserver's certificate names 127.0.0.1, so TLS still verifies.
+pub fn kubeconfig_through(
+    kubeconfig: &Path,
+    addr: std::net::SocketAddr,
+    path: &Path,
+) -> Result<PathBuf> {
+    let upstream = apiserver_addr(kubeconfig)?;
+    let text = std::fs::read_to_string(kubeconfig)?.replace(
+        &format!("server: https://{upstream}"),
+        &format!("server: https://{addr}"),
+    );
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(path, text)?;
+    Ok(path.to_path_buf())
+}
+
 /// Installs the generated EventSeriesPolicy CRD (`crds/`) and waits until it is served.
 pub fn install_crd(kubeconfig: &Path) -> Result<()> {
     let crd = repo_root().join("crds/eventseries.dev_eventseriespolicies.yaml");

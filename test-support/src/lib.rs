@@ -1,5 +1,6 @@
 //! What the event-series test suites, benchmarks and fuzz targets share, each written once:
 //!
+//! - [`audit`]: the test apiserver's audit log of series and Lease writes;
 //! - [`raw`]: raw core/v1 Events as the kubelet's recorder writes them;
 //! - [`sim`]: a simulated cluster for engine tests (injected clock, no API server);
 //! - [`check`]: the invariants the fuzz targets check, with the events.k8s.io/v1 rules restated;
@@ -12,6 +13,7 @@
 //!
 //! Not published: it exists for this repository's own targets.
 
+pub mod audit;
 pub mod check;
 pub mod cluster;
 pub mod emitter;

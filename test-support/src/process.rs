@@ -129,10 +129,44 @@ impl Operator {
 
     /// SIGTERM, and the exit status.
     pub fn terminate(mut self) -> Result<std::process::ExitStatus> {
+        self.signal_term()?;
+        Ok(self.child.wait()?)
+    }
+
+    /// Sends SIGTERM and returns at once.
+    pub fn signal_term(&mut self) -> Result<()> {
         Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status()?;
-        Ok(self.child.wait()?)
+        Ok(())
+    }
+
+    /// Waits up to `timeout` for the process to exit on its own: its status and when it was seen to
+    /// exit (within 20 ms), or `None` if it still runs.
+    pub fn wait_exit(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Option<(std::process::ExitStatus, std::time::SystemTime)>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(Some((status, std::time::SystemTime::now())));
+            }
+            if Instant::now() > deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The process id (for /proc readings).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
 

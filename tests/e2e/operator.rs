@@ -28,7 +28,7 @@ pub fn start_on(kubeconfig: &std::path::Path, ns: &str, extra: &[&str]) -> Resul
     OPERATOR.launch(kubeconfig, ns, &args)
 }
 
-/// Polls until `check` holds for the namespace's series objects.
+/// Polls until `check` holds for the namespace's series objects (for at most 90 s).
 pub async fn wait_for<F>(
     client: &kube::Client,
     ns: &str,
@@ -38,7 +38,21 @@ pub async fn wait_for<F>(
 where
     F: Fn(&[Event]) -> bool,
 {
-    let deadline = Instant::now() + Duration::from_secs(90);
+    wait_for_within(client, ns, Duration::from_secs(90), what, check).await
+}
+
+/// Polls until `check` holds for the namespace's series objects, for at most `within`.
+pub async fn wait_for_within<F>(
+    client: &kube::Client,
+    ns: &str,
+    within: Duration,
+    what: &str,
+    check: F,
+) -> Result<Vec<Event>>
+where
+    F: Fn(&[Event]) -> bool,
+{
+    let deadline = Instant::now() + within;
     loop {
         let objects = series(client, ns).await?;
         if check(&objects) {
