@@ -1,6 +1,7 @@
 //! What the event-series test suites, benchmarks and fuzz targets share, each written once:
 //!
 //! - [`audit`]: the test apiserver's audit log of series and Lease writes;
+//! - [`proxy`]: a fault-injection TCP proxy (freeze, reset, latency) in front of the apiserver;
 //! - [`raw`]: raw core/v1 Events as the kubelet's recorder writes them;
 //! - [`sim`]: a simulated cluster for engine tests (injected clock, no API server);
 //! - [`check`]: the invariants the fuzz targets check, with the events.k8s.io/v1 rules restated;
@@ -19,6 +20,7 @@ pub mod cluster;
 pub mod emitter;
 pub mod load;
 pub mod process;
+pub mod proxy;
 pub mod raw;
 pub mod recorder;
 pub mod sim;

@@ -59,7 +59,12 @@ fn storm(ns: &str, log: &str, pods: u32, secs: u32, seed: u32) -> Result<Emitter
 }
 
 /// Occurrences per (pod, reason) over the series objects, and objects per (pod, reason).
-fn tally(objects: &[Event]) -> (BTreeMap<(String, String), u64>, BTreeMap<(String, String), u64>) {
+fn tally(
+    objects: &[Event],
+) -> (
+    BTreeMap<(String, String), u64>,
+    BTreeMap<(String, String), u64>,
+) {
     let (mut counts, mut objs) = (BTreeMap::new(), BTreeMap::new());
     for e in objects {
         let pod = e
@@ -131,7 +136,10 @@ async fn a_frozen_connection_is_abandoned_and_a_new_loop_still_gets_its_series()
     ]);
     let op = OPERATOR.launch(&kc, &ns.name, &args)?;
     let first = storm(&ns.name, &format!("{}-first", ns.name), 1, 25, 1)?;
-    wait_for(&client, &ns.name, "the first loop's series", |o| o.len() == 1).await?;
+    wait_for(&client, &ns.name, "the first loop's series", |o| {
+        o.len() == 1
+    })
+    .await?;
 
     proxy.freeze_existing();
     let frozen = Instant::now();
