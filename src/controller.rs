@@ -21,7 +21,7 @@ use crate::metrics::Metrics;
 use crate::restart::Restart;
 use crate::watch::{Step, raw_events};
 use crate::writer::{Writer, WriterConfig};
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use kube::api::Api;
@@ -64,16 +64,33 @@ fn resource_version(rv: &str) -> Option<u64> {
 }
 
 /// Feeds one raw event from the watch to the engine, recording its ingest lag; a raw event that
-/// cannot be read is skipped with a log line and a metric.
-fn feed(engine: &mut Engine, metrics: &Metrics, ev: &CoreEvent) {
+/// cannot be read is skipped with a log line and a metric. Returns the time of its latest
+/// occurrence.
+fn feed(engine: &mut Engine, metrics: &Metrics, ev: &CoreEvent) -> Option<DateTime<Utc>> {
     match key::normalise(ev) {
         Ok(obs) => {
             let now = Utc::now();
             metrics.ingest_lag(now, obs.last);
-            engine.observe(now, &obs)
+            engine.observe(now, &obs);
+            Some(obs.last)
         }
-        Err(e) => metrics.skipped(ev, &e),
+        Err(e) => {
+            metrics.skipped(ev, &e);
+            None
+        }
     }
+}
+
+/// What a step of the watch proves about how current the engine's input is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Proof {
+    Nothing,
+    /// The server is current as of now: the end of a list, a bookmark, the end of a watch at its
+    /// timeout.
+    Current,
+    /// An object changed by an occurrence at this time: current as of now if that is recent (a
+    /// late-delivered backlog holds old occurrences, and proves nothing).
+    Occurrence(DateTime<Utc>),
 }
 
 /// Intents on their way to the writer; when its queue is full, the controller waits here
@@ -100,14 +117,11 @@ fn on_step(
     health: &Health,
     restart: &mut Option<Restart>,
     step: Step,
-) {
-    // The API server answered the watch (a failure, a stall or a resumption proves nothing).
-    if !matches!(
-        step,
-        Step::Failed { .. } | Step::Stalled | Step::Restarted { clean: false }
-    ) {
+) -> Proof {
+    if step.heard() {
         health.watch_heard(Instant::now());
     }
+    let mut proof = Proof::Nothing;
     match step {
         Step::ListStarted { relist } => {
             if relist {
@@ -126,6 +140,7 @@ fn on_step(
             resource_version: rv,
         } => {
             let rv = resource_version(&rv).unwrap_or(0);
+            proof = Proof::Current;
             match restart.take() {
                 Some(restart) => {
                     restart.finish(engine, rv);
@@ -138,7 +153,9 @@ fn on_step(
             }
         }
         Step::Applied(ev) => {
-            feed(engine, metrics, &ev);
+            if let Some(last) = feed(engine, metrics, &ev) {
+                proof = Proof::Occurrence(last);
+            }
             if let Some(rv) = ev
                 .metadata
                 .resource_version
@@ -160,12 +177,16 @@ fn on_step(
             resource_version: rv,
         } => {
             metrics.bookmarks.inc();
+            proof = Proof::Current;
             if let Some(rv) = resource_version(&rv) {
                 engine.checkpoint(rv);
             }
         }
-        Step::Restarted { .. } => {
+        Step::Restarted { clean } => {
             metrics.watch_restarts.inc();
+            if clean {
+                proof = Proof::Current;
+            }
         }
         Step::Stalled => {
             tracing::warn!("raw event watch went silent (dead connection?); resuming it");
@@ -174,6 +195,42 @@ fn on_step(
         Step::Failed { error, retry_in } => {
             tracing::warn!(%error, ?retry_in, "raw event watch failed; retrying");
         }
+    }
+    proof
+}
+
+/// How far the raw-event input is known to be complete. The watch proves it current when the API
+/// server says so (the end of a list, a bookmark, the end of a watch at its timeout) or delivers a
+/// change for a recent occurrence, and the controller has consumed everything received. A silent or
+/// frozen connection proves nothing, and the lifecycle clock waits: a series is neither finished
+/// nor heartbeaten, and no late occurrence counted stale, on an input that may be missing
+/// occurrences. On a healthy watch the clock lags real time by at most `--watch-timeout` (the
+/// server ends every watch then), and by about nothing while events flow.
+#[derive(Debug, Default)]
+struct Currency {
+    until: Option<DateTime<Utc>>,
+}
+
+/// How recent an occurrence must be for its delivery to prove the input current. Legacy events
+/// carry whole seconds; a backlog delivered after a stall is older than this.
+const FRESH: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
+
+impl Currency {
+    fn update(&mut self, proof: Proof, backlog: usize) {
+        let now = Utc::now();
+        let proven = match proof {
+            Proof::Nothing => false,
+            Proof::Current => true,
+            Proof::Occurrence(at) => at >= now - FRESH,
+        };
+        if proven && backlog == 0 {
+            self.until = Some(now);
+        }
+    }
+
+    /// The time the lifecycle may advance to.
+    fn clock(&self, now: DateTime<Utc>) -> DateTime<Utc> {
+        self.until.map_or(now, |until| until.min(now))
     }
 }
 
@@ -218,19 +275,23 @@ pub async fn run(
     // Stopping before the end of the restore leaves nothing to write: the writer is told at once.
     let writer = AbortOnDrop(Some(writer));
 
-    let mut steps = Box::pin(raw_events(
+    let mut steps = raw_events(
         scoped(&client, &config.namespace),
         config.watch_timeout_secs,
         config.watch_bookmarks,
-    ));
+    );
     let own = scoped(&client, &config.namespace);
     let (restart, held) = tokio::select! {
         started = Restart::run(&own, &mut engine, &metrics, &mut steps) => started,
         stop = &mut shutdown => return Ok(stop),
     };
     let mut restart = Some(restart);
+    // How far the engine's input is known to be complete: the lifecycle clock never runs past it, so
+    // that a loop is not finished while its occurrences are held up in a silent connection.
+    let mut current = Currency::default();
     if let Some(step) = held {
-        on_step(&mut engine, &metrics, &health, &mut restart, step);
+        let proof = on_step(&mut engine, &metrics, &health, &mut restart, step);
+        current.update(proof, steps.backlog());
     }
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -247,7 +308,10 @@ pub async fn run(
         }
         tokio::select! {
             step = steps.next() => match step {
-                Some(step) => on_step(&mut engine, &metrics, &health, &mut restart, step),
+                Some(step) => {
+                    let proof = on_step(&mut engine, &metrics, &health, &mut restart, step);
+                    current.update(proof, steps.backlog());
+                }
                 None => anyhow::bail!("raw event watch ended"),
             },
             update = policies.next() => match update? {
@@ -260,7 +324,7 @@ pub async fn run(
                 }
                 Update::Nothing => {}
             },
-            _ = tick.tick() => engine.tick(Utc::now()),
+            _ = tick.tick() => engine.tick(current.clock(Utc::now())),
             _ = housekeeping.tick() => engine.housekeep(Utc::now()),
             s = &mut shutdown => {
                 stop = s;

@@ -280,17 +280,46 @@ impl Watch {
 ///
 /// `bookmarks` sets `allowWatchBookmarks`; the operator always asks for them, only the bookmark
 /// benchmark (`event-series run --no-watch-bookmarks`, hidden) turns them off.
-pub fn raw_events(
-    api: Api<Event>,
-    watch_timeout_secs: u32,
-    bookmarks: bool,
-) -> impl Stream<Item = Step> {
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Step>(1024);
+pub fn raw_events(api: Api<Event>, watch_timeout_secs: u32, bookmarks: bool) -> Steps {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Step>(1024);
     tokio::spawn(async move {
         // Err only when the consumer is gone, which ends the task.
         let _ = drive(api, tx, watch_timeout_secs, bookmarks).await;
     });
-    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+    Steps(rx)
+}
+
+/// The steps of the raw-event watch, as a stream.
+pub struct Steps(tokio::sync::mpsc::Receiver<Step>);
+
+impl Steps {
+    /// Steps received from the API server and not yet consumed. Zero means the consumer is caught
+    /// up with everything the server has sent: what it has seen is current as of now.
+    pub fn backlog(&self) -> usize {
+        self.0.len()
+    }
+}
+
+impl Stream for Steps {
+    type Item = Step;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Step>> {
+        self.get_mut().0.poll_recv(cx)
+    }
+}
+
+impl Step {
+    /// The API server answered the watch: an object, a bookmark, a list page or its end, or the end
+    /// of a watch at its timeout. A failure, a stall or a resumption proves nothing.
+    pub fn heard(&self) -> bool {
+        !matches!(
+            self,
+            Step::Failed { .. } | Step::Stalled | Step::Restarted { clean: false }
+        )
+    }
 }
 
 type Closed = tokio::sync::mpsc::error::SendError<Step>;

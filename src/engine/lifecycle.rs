@@ -131,6 +131,7 @@ impl Engine {
         if self.recovering() {
             return;
         }
+        self.clock = Some(micros(now));
         self.expire_candidates(now);
         while let Some(timer) = self.timers.pop_due(now) {
             self.fire(now, timer.id, timer.due);

@@ -125,6 +125,11 @@ pub struct Engine {
     stored_names: HashMap<(KeyId, Micros), Arc<str>>,
     watermark: u64,
     pending_watermark: u64,
+    /// The lifecycle clock: the time of the last tick. An occurrence is stale when it is older than
+    /// one window before this clock, not before its arrival: occurrences held up in a silent
+    /// connection arrive late, while the shell holds the clock back (`tick` is only called with
+    /// times up to which the input is known complete).
+    clock: Option<Micros>,
     /// `Some` between `begin_recovery` and `end_recovery`.
     recovery: Option<Recovery>,
     intents: Vec<Intent>,
@@ -144,6 +149,7 @@ impl Engine {
             stored_names: HashMap::new(),
             watermark: 0,
             pending_watermark: 0,
+            clock: None,
             recovery: None,
             intents: Vec::new(),
             stats: Stats::default(),
@@ -231,7 +237,8 @@ impl Engine {
         if self.extend_series(now, &at, obs, d.added) {
             return;
         }
-        if at.t < micros(now).saturating_sub(at.window) {
+        let reference = self.clock.map_or(micros(now), |c| c.min(micros(now)));
+        if at.t < reference.saturating_sub(at.window) {
             self.stats.dropped_stale += d.added;
             self.remember(&at, obs);
             return;

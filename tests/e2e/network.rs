@@ -58,13 +58,11 @@ fn storm(ns: &str, log: &str, pods: u32, secs: u32, seed: u32) -> Result<Emitter
     )
 }
 
-/// Occurrences per (pod, reason) over the series objects, and objects per (pod, reason).
-fn tally(
-    objects: &[Event],
-) -> (
-    BTreeMap<(String, String), u64>,
-    BTreeMap<(String, String), u64>,
-) {
+/// A number per loop: (pod, reason).
+type PerLoop = BTreeMap<(String, String), u64>;
+
+/// Occurrences per loop over the series objects, and objects per loop.
+fn tally(objects: &[Event]) -> (PerLoop, PerLoop) {
     let (mut counts, mut objs) = (BTreeMap::new(), BTreeMap::new());
     for e in objects {
         let pod = e
@@ -83,7 +81,7 @@ fn tally(
 async fn exact(
     client: &kube::Client,
     ns: &str,
-    truth: &BTreeMap<(String, String), u64>,
+    truth: &PerLoop,
 ) -> Result<Vec<Event>> {
     let objects = wait_for_within(
         client,
