@@ -569,31 +569,42 @@ fn tables_give_back_a_burst_of_candidates() {
 }
 
 /// Issue #13: occurrences held up in a silent connection arrive late, after the shell has held the
-/// lifecycle clock at the last moment its input was known complete. They join the loop's series,
-/// neither counted stale against their arrival time nor finding the series already finished.
+/// lifecycle clock at the last moment its input was known complete. They join their loop's series
+/// (an ongoing one, or one that started during the silence), neither counted stale against their
+/// arrival time nor finding the series already finished.
 #[test]
 fn occurrences_delivered_late_while_the_clock_is_held_join_their_series() {
     let t0 = chrono::Utc::now();
     let mut engine = Engine::with_settings(fast_settings());
-    let occur = |engine: &mut Engine, count: i32, last, arrival| {
-        let ev = legacy("a", "r1", pod("a", "web-0"), "BackOff", count, t0, last);
+    let occur = |engine: &mut Engine, pod_: &str, count: i32, first, last, arrival| {
+        let ev = legacy("a", pod_, pod("a", pod_), "BackOff", count, first, last);
         engine.observe(arrival, &key::normalise(&ev).unwrap());
     };
-    occur(&mut engine, 2, t0 + secs(1), t0 + secs(1));
+    occur(&mut engine, "web-0", 2, t0, t0 + secs(1), t0 + secs(1));
     engine.tick(t0 + secs(2));
     assert_eq!(engine.take_intents().len(), 1, "the create");
-    // The connection goes silent at t0 + 2: the shell ticks no further. The loop goes on until
-    // t0 + 12 (count 30), all of which arrives at t0 + 40, 28 s after it happened.
-    for arrival_count in [10, 20, 30] {
-        occur(&mut engine, arrival_count, t0 + secs(12), t0 + secs(40));
+    // The connection goes silent at t0 + 2: the shell ticks no further. web-0's loop goes on until
+    // t0 + 12 (count 30), and web-1's whole loop (t0 + 3 to t0 + 12) happens meanwhile; all of it
+    // arrives at t0 + 40, long after it happened.
+    let late = t0 + secs(40);
+    for (count, last) in [(10, 5), (20, 9), (30, 12)] {
+        occur(&mut engine, "web-0", count, t0, t0 + secs(last), late);
+    }
+    for (count, last) in [(1, 3), (12, 7), (25, 12)] {
+        occur(&mut engine, "web-1", count, t0 + secs(3), t0 + secs(last), late);
     }
     assert_eq!(engine.stats().dropped_stale, 0, "late is not stale");
-    // The input is current again at t0 + 40: the loop ended at t0 + 12, so it finishes now, once,
+    assert_eq!(engine.take_intents().len(), 1, "web-1's create");
+    // The input is current again at t0 + 40: both loops ended at t0 + 12, so both finish now, once,
     // with every occurrence.
-    engine.tick(t0 + secs(40));
-    let finished = engine.take_intents();
-    assert_eq!(finished.len(), 1, "{finished:?}");
-    assert!(matches!(finished[0].kind, WriteKind::Finish(_)));
-    assert_eq!(finished[0].series.count, 30);
+    engine.tick(late);
+    let mut finished: Vec<(String, u64)> = engine
+        .take_intents()
+        .into_iter()
+        .filter(|i| matches!(i.kind, WriteKind::Finish(_)))
+        .map(|i| (i.series.key.view().regarding.name.to_owned(), i.series.count))
+        .collect();
+    finished.sort();
+    assert_eq!(finished, [("web-0".into(), 30), ("web-1".into(), 25)]);
     assert_eq!(engine.active_series(), 0);
 }
