@@ -7,6 +7,7 @@ mod harness;
 mod install;
 mod operator;
 mod policy;
+mod ports;
 mod watch;
 
 use event_series_test_support::process::Launcher;
