@@ -591,7 +591,14 @@ fn occurrences_delivered_late_while_the_clock_is_held_join_their_series() {
         occur(&mut engine, "web-0", count, t0, t0 + secs(last), late);
     }
     for (count, last) in [(1, 3), (12, 7), (25, 12)] {
-        occur(&mut engine, "web-1", count, t0 + secs(3), t0 + secs(last), late);
+        occur(
+            &mut engine,
+            "web-1",
+            count,
+            t0 + secs(3),
+            t0 + secs(last),
+            late,
+        );
     }
     assert_eq!(engine.stats().dropped_stale, 0, "late is not stale");
     assert_eq!(engine.take_intents().len(), 1, "web-1's create");
@@ -602,7 +609,12 @@ fn occurrences_delivered_late_while_the_clock_is_held_join_their_series() {
         .take_intents()
         .into_iter()
         .filter(|i| matches!(i.kind, WriteKind::Finish(_)))
-        .map(|i| (i.series.key.view().regarding.name.to_owned(), i.series.count))
+        .map(|i| {
+            (
+                i.series.key.view().regarding.name.to_owned(),
+                i.series.count,
+            )
+        })
         .collect();
     finished.sort();
     assert_eq!(finished, [("web-0".into(), 30), ("web-1".into(), 25)]);

@@ -4,6 +4,7 @@
 
 use crate::repo_root;
 use anyhow::{Result, bail};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -22,6 +23,19 @@ impl Launcher {
     /// `event-series run` with exactly `args` (plus a free metrics address), its log
     /// `<logs>/<log>.log`; returns at once, while it may still be recovering.
     pub fn spawn(&self, kubeconfig: &Path, log: &str, args: &[&str]) -> Result<Operator> {
+        self.spawn_with(kubeconfig, log, args, None)
+    }
+
+    /// [`Launcher::spawn`], with its soft and hard `RLIMIT_NOFILE` set to `nofile` when given: what
+    /// `ulimit -n` (a container runtime's default of 1,024, say) imposes, so that a test can run the
+    /// operator out of file descriptors without lowering the limit of the test process itself.
+    pub fn spawn_with(
+        &self,
+        kubeconfig: &Path,
+        log: &str,
+        args: &[&str],
+        nofile: Option<u64>,
+    ) -> Result<Operator> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
@@ -33,15 +47,33 @@ impl Launcher {
             .create(true)
             .append(true)
             .open(&log_path)?;
-        let child = Command::new(self.bin)
+        let mut command = Command::new(self.bin);
+        command
             .args(["run", "--metrics-addr", &addr])
             .args(args)
             .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,event_series=debug")
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)
-            .stderr(file)
-            .spawn()?;
+            .stderr(file);
+        if let Some(n) = nofile {
+            let limit = libc::rlimit {
+                rlim_cur: n as libc::rlim_t,
+                rlim_max: n as libc::rlim_t,
+            };
+            // SAFETY: the hook runs in the forked child before exec; it makes one async-signal-safe
+            // system call and allocates nothing (`last_os_error` only reads errno).
+            unsafe {
+                command.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+        }
+        let child = command.spawn()?;
         Ok(Operator {
             child,
             metrics: format!("http://{addr}"),
@@ -51,7 +83,18 @@ impl Launcher {
 
     /// [`Launcher::spawn`], then waits until `/readyz` answers 200.
     pub fn launch(&self, kubeconfig: &Path, log: &str, args: &[&str]) -> Result<Operator> {
-        let mut op = self.spawn(kubeconfig, log, args)?;
+        self.launch_with(kubeconfig, log, args, None)
+    }
+
+    /// [`Launcher::spawn_with`], then waits until `/readyz` answers 200.
+    pub fn launch_with(
+        &self,
+        kubeconfig: &Path,
+        log: &str,
+        args: &[&str],
+        nofile: Option<u64>,
+    ) -> Result<Operator> {
+        let mut op = self.spawn_with(kubeconfig, log, args, nofile)?;
         op.wait_ready(Duration::from_secs(120))?;
         Ok(op)
     }
@@ -103,6 +146,11 @@ impl Operator {
             "operator not ready within {timeout:?} (log {})",
             self.log.display()
         )
+    }
+
+    /// Its process id (for `/proc/<pid>/...`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Whether the process still runs.
@@ -157,11 +205,6 @@ impl Operator {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-    }
-
-    /// The process id (for /proc readings).
-    pub fn pid(&self) -> u32 {
-        self.child.id()
     }
 
     /// The log so far.

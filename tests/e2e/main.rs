@@ -8,6 +8,7 @@ mod install;
 mod network;
 mod operator;
 mod policy;
+mod ports;
 mod watch;
 
 use event_series_test_support::process::Launcher;

@@ -78,11 +78,7 @@ fn tally(objects: &[Event]) -> (PerLoop, PerLoop) {
 }
 
 /// Waits until every loop of `truth` is Finished with exactly its count, in one object.
-async fn exact(
-    client: &kube::Client,
-    ns: &str,
-    truth: &PerLoop,
-) -> Result<Vec<Event>> {
+async fn exact(client: &kube::Client, ns: &str, truth: &PerLoop) -> Result<Vec<Event>> {
     let objects = wait_for_within(
         client,
         ns,
