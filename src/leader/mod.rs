@@ -299,6 +299,10 @@ async fn campaign(
             metrics.leader.set(1);
             let _ = role.send(Role::Leading);
         }
+        if !leading && *role.borrow() == Role::Leading {
+            // The fence closed during this round: report it now, not a retry period later.
+            continue;
+        }
         let mut next = now
             + if leading {
                 timings.retry_period
