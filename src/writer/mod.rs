@@ -285,14 +285,12 @@ impl Writer {
         loop {
             let now = std::time::Instant::now();
             let free = self.config.concurrency.saturating_sub(in_flight.len());
-            if free > 0 {
-                match self.fence.check(now) {
-                    Fence::Open { until } => {
-                        for job in self.queue.take_due(now, free) {
-                            in_flight.push(self.write(job, until.into()));
-                        }
-                    }
-                    Fence::Closed => {}
+            let fence = self.fence.check(now);
+            if free > 0
+                && let Fence::Open { until } = fence
+            {
+                for job in self.queue.take_due(now, free) {
+                    in_flight.push(self.write(job, until.into()));
                 }
             }
             self.metrics.writes_pending.set(self.queue.len() as i64);
@@ -313,6 +311,9 @@ impl Writer {
             let idle = tnow + Duration::from_secs(3600);
             let wake = if in_flight.len() >= self.config.concurrency {
                 idle
+            } else if fence == Fence::Closed {
+                // Fenced: nothing may start; the controller stops the writer at once.
+                tnow + Duration::from_millis(100)
             } else {
                 self.queue.next_due().map_or(idle, |at| {
                     Instant::from_std(at)

@@ -120,7 +120,7 @@ async fn a_frozen_connection_is_abandoned_and_a_new_loop_still_gets_its_series()
         "--watch-timeout",
         "10s",
         "--request-timeout",
-        "5s",
+        "3s",
         "--finish-after",
         "15s",
         "--series-window",
