@@ -84,6 +84,11 @@ pub fn timed_out(e: &kube::Error) -> bool {
 
 /// The client of this process, from a resolved kubeconfig.
 pub fn build(config: Config, options: &Options) -> anyhow::Result<Client> {
+    // kube's own stack would tunnel through it; this one connects directly, so refuse rather than
+    // silently bypass a proxy the kubeconfig asks for.
+    if let Some(proxy) = &config.proxy_url {
+        anyhow::bail!("the kubeconfig's proxy-url ({proxy}) is not supported");
+    }
     let mut config = config;
     // The writer and the watch own retries (backoff with jitter, Retry-After, coalescing while
     // waiting, metrics per answer); a retry inside the client would hide them.

@@ -202,10 +202,11 @@ fn on_step(
 /// How far the raw-event input is known to be complete. The watch proves it current when the API
 /// server says so (the end of a list, a bookmark, the end of a watch at its timeout) or delivers a
 /// change for a recent occurrence, and the controller has consumed everything received. A silent or
-/// frozen connection proves nothing, and the lifecycle clock waits: a series is neither finished
-/// nor heartbeaten, and no late occurrence counted stale, on an input that may be missing
-/// occurrences. On a healthy watch the clock lags real time by at most `--watch-timeout` (the
-/// server ends every watch then), and by about nothing while events flow.
+/// frozen connection proves nothing, and the engine's input clock waits: no series is finished, no
+/// candidate expired and no late occurrence counted stale on an input that may be missing
+/// occurrences (heartbeats go on). On a healthy watch the input clock lags real time by about
+/// nothing while events flow, and by at most `--watch-timeout` in a quiet spell (the server ends
+/// every watch then): that is how much later than `finishAfter` a loop may be marked Finished.
 #[derive(Debug, Default)]
 struct Currency {
     until: Option<DateTime<Utc>>,
@@ -324,7 +325,10 @@ pub async fn run(
                 }
                 Update::Nothing => {}
             },
-            _ = tick.tick() => engine.tick(current.clock(Utc::now())),
+            _ = tick.tick() => {
+                let now = Utc::now();
+                engine.tick_with_input(now, current.clock(now));
+            }
             _ = housekeeping.tick() => engine.housekeep(Utc::now()),
             s = &mut shutdown => {
                 stop = s;

@@ -90,6 +90,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .num_seconds()
         .clamp(1, i64::from(u32::MAX)) as u32;
     let request_timeout = std_duration("--request-timeout", &args.request_timeout)?;
+    if !(Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&request_timeout) {
+        bail!(
+            "--request-timeout must be between 1s and 1h, not {}",
+            args.request_timeout
+        );
+    }
     let timings = Timings {
         lease_duration: std_duration("--lease-duration", &args.lease_duration)?,
         renew_deadline: std_duration("--renew-deadline", &args.renew_deadline)?,

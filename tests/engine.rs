@@ -583,9 +583,17 @@ fn occurrences_delivered_late_while_the_clock_is_held_join_their_series() {
     occur(&mut engine, "web-0", 2, t0, t0 + secs(1), t0 + secs(1));
     engine.tick(t0 + secs(2));
     assert_eq!(engine.take_intents().len(), 1, "the create");
-    // The connection goes silent at t0 + 2: the shell ticks no further. web-0's loop goes on until
-    // t0 + 12 (count 30), and web-1's whole loop (t0 + 3 to t0 + 12) happens meanwhile; all of it
-    // arrives at t0 + 40, long after it happened.
+    // The connection goes silent at t0 + 2: the clock runs on, the input is known only up to t0 + 2.
+    // web-0 would be due to finish at t0 + 21 by what is known; it is held.
+    for at in [10, 25, 39] {
+        engine.tick_with_input(t0 + secs(at), t0 + secs(2));
+    }
+    assert!(
+        engine.take_intents().is_empty(),
+        "no finish on missing input"
+    );
+    // web-0's loop went on until t0 + 12 (count 30), and web-1's whole loop (t0 + 3 to t0 + 12)
+    // happened meanwhile; all of it arrives at t0 + 40, long after it happened.
     let late = t0 + secs(40);
     for (count, last) in [(10, 5), (20, 9), (30, 12)] {
         occur(&mut engine, "web-0", count, t0, t0 + secs(last), late);

@@ -128,19 +128,29 @@ impl Engine {
     /// Advances the clock of the lifecycle: heartbeats and finishes that are due, and candidates
     /// whose window passed. Ignored while recovering (see `restore`).
     pub fn tick(&mut self, now: DateTime<Utc>) {
+        self.tick_with_input(now, now);
+    }
+
+    /// [`Engine::tick`] when the input is known complete only up to `input` (earlier than `now`
+    /// while the watch may be holding occurrences back, see the controller's `Currency`).
+    /// Heartbeats follow `now`: a heartbeat only refreshes what is known, and a later write
+    /// corrects it. What an occurrence still in transit would change waits for `input`: a finish,
+    /// the expiry of a candidate, and what counts as stale.
+    pub fn tick_with_input(&mut self, now: DateTime<Utc>, input: DateTime<Utc>) {
         if self.recovering() {
             return;
         }
-        self.clock = Some(micros(now));
-        self.expire_candidates(now);
+        let input = input.min(now);
+        self.clock = Some(micros(input));
+        self.expire_candidates(input);
         while let Some(timer) = self.timers.pop_due(now) {
-            self.fire(now, timer.id, timer.due);
+            self.fire(now, input, timer.id, timer.due);
         }
     }
 
-    /// A series' timer came due: finish it if it has been quiet for `finishAfter`, else heartbeat
-    /// if one is due, and re-arm.
-    fn fire(&mut self, now: DateTime<Utc>, id: KeyId, due: Micros) {
+    /// A series' timer came due: finish it if it has been quiet for `finishAfter` as far as the
+    /// input is known (`input`), else heartbeat if one is due, and re-arm.
+    fn fire(&mut self, now: DateTime<Utc>, input: DateTime<Utc>, id: KeyId, due: Micros) {
         // The series' slot, if the timer is still its live one.
         let Some(slot_idx) = self
             .slots
@@ -155,7 +165,7 @@ impl Engine {
             return;
         };
         let finish_due = s.tally.last() + settings.finish_after;
-        if finish_due <= now {
+        if finish_due <= input {
             if let Some(ended) = slot.series.remove(&id) {
                 self.finish(now, id, ended, FinishCause::Quiet);
             }
@@ -165,7 +175,13 @@ impl Engine {
         if heartbeat {
             s.next_heartbeat = micros(now + settings.heartbeat_interval);
         }
-        let next = s.next_heartbeat().min(finish_due);
+        // A finish held back by the input is looked at again on the next tick.
+        let finish_check = if finish_due <= now {
+            now + TimeDelta::seconds(1)
+        } else {
+            finish_due
+        };
+        let next = s.next_heartbeat().min(finish_check);
         s.timer_due = self.timers.arm(next, id);
         if heartbeat && let Some(s) = self.slots[slot_idx].series.peek(&id) {
             let snap = self.snapshot(id, s, SeriesState::Ongoing, now);
