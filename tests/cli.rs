@@ -40,6 +40,11 @@ fn help_lists_the_subcommands() {
         "--finish-after",
         "--leader-elect",
         "--lease-namespace",
+        "--lease-duration",
+        "--renew-deadline",
+        "--retry-period",
+        "--request-timeout",
+        "--watch-timeout",
     ] {
         assert!(text.contains(flag), "{flag} missing from run --help");
     }
