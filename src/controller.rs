@@ -85,11 +85,11 @@ fn feed(engine: &mut Engine, metrics: &Metrics, ev: &CoreEvent) -> Option<DateTi
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Proof {
     Nothing,
-    /// The server is current as of now: the end of a list, a bookmark, the end of a watch at its
-    /// timeout.
+    /// Complete as of the step's arrival: the end of a list (its snapshot), a bookmark, the end of
+    /// a watch on schedule.
     Current,
-    /// An object changed by an occurrence at this time: current as of now if that is recent (a
-    /// late-delivered backlog holds old occurrences, and proves nothing).
+    /// An object changed by an occurrence at this time: complete as of its arrival if that is recent
+    /// (a late-delivered backlog holds old occurrences, and proves nothing).
     Occurrence(DateTime<Utc>),
 }
 
@@ -116,7 +116,7 @@ fn on_step(
     metrics: &Metrics,
     health: &Health,
     restart: &mut Option<Restart>,
-    step: Step,
+    (step, received): (Step, Option<DateTime<Utc>>),
 ) -> Proof {
     if step.heard() {
         health.watch_heard(Instant::now());
@@ -143,7 +143,8 @@ fn on_step(
             proof = Proof::Current;
             match restart.take() {
                 Some(restart) => {
-                    restart.finish(engine, rv);
+                    // The list is complete as of its snapshot, not of its last page.
+                    restart.finish(engine, rv, received.unwrap_or_else(Utc::now));
                     health.set_recovered(true);
                 }
                 None => {
@@ -199,37 +200,42 @@ fn on_step(
     proof
 }
 
-/// How far the raw-event input is known to be complete. The watch proves it current when the API
-/// server says so (the end of a list, a bookmark, the end of a watch at its timeout) or delivers a
-/// change for a recent occurrence, and the controller has consumed everything received. A silent or
+/// How far the raw-event input is known to be complete. The watch proves it complete up to the
+/// moment an answer arrived from the server (steps are in the server's order, so whatever came
+/// before it has been applied) when that answer is the end of a list (as of the list's snapshot),
+/// a bookmark, the end of a watch on schedule, or a change for a recent occurrence. A silent or
 /// frozen connection proves nothing, and the engine's input clock waits: no series is finished, no
 /// candidate expired and no late occurrence counted stale on an input that may be missing
-/// occurrences (heartbeats go on). On a healthy watch the input clock lags real time by about
-/// nothing while events flow, and by at most `--watch-timeout` in a quiet spell (the server ends
-/// every watch then): that is how much later than `finishAfter` a loop may be marked Finished.
+/// occurrences (heartbeats go on). The input clock lags real time by about nothing while events
+/// flow, by at most `--watch-timeout` in a quiet spell (the server ends every watch then), and by
+/// the controller's own delay when it is behind: that is how much later than `finishAfter` a loop
+/// may be marked Finished.
 #[derive(Debug, Default)]
 struct Currency {
     until: Option<DateTime<Utc>>,
 }
 
-/// How recent an occurrence must be for its delivery to prove the input current. Legacy events
+/// How recent an occurrence must be for its arrival to prove the input current. Legacy events
 /// carry whole seconds; a backlog delivered after a stall is older than this.
 const FRESH: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
 
 impl Currency {
-    fn update(&mut self, proof: Proof, backlog: usize) {
-        let now = Utc::now();
+    /// A step that arrived from the server at `received` proved `proof`.
+    fn update(&mut self, proof: Proof, received: Option<DateTime<Utc>>) {
+        let Some(received) = received else {
+            return;
+        };
         let proven = match proof {
             Proof::Nothing => false,
             Proof::Current => true,
-            Proof::Occurrence(at) => at >= now - FRESH,
+            Proof::Occurrence(at) => at >= received - FRESH,
         };
-        if proven && backlog == 0 {
-            self.until = Some(now);
+        if proven && self.until.is_none_or(|until| until < received) {
+            self.until = Some(received);
         }
     }
 
-    /// The time the lifecycle may advance to.
+    /// The time the input clock may advance to.
     fn clock(&self, now: DateTime<Utc>) -> DateTime<Utc> {
         self.until.map_or(now, |until| until.min(now))
     }
@@ -272,7 +278,8 @@ pub async fn run(
     }
     let (tx, rx) = tokio::sync::mpsc::channel(INTENT_CHANNEL);
     let writer = Writer::new(client.clone(), config.writer, metrics.clone(), fence);
-    let writer = tokio::spawn(writer.run(rx, config.drain, health.clone()));
+    let (stop_writer, writer_stop) = tokio::sync::oneshot::channel();
+    let writer = tokio::spawn(writer.run(rx, writer_stop, config.drain, health.clone()));
     // Stopping before the end of the restore leaves nothing to write: the writer is told at once.
     let writer = AbortOnDrop(Some(writer));
 
@@ -291,8 +298,15 @@ pub async fn run(
     // that a loop is not finished while its occurrences are held up in a silent connection.
     let mut current = Currency::default();
     if let Some(step) = held {
-        let proof = on_step(&mut engine, &metrics, &health, &mut restart, step);
-        current.update(proof, steps.backlog());
+        let received = steps.received();
+        let proof = on_step(
+            &mut engine,
+            &metrics,
+            &health,
+            &mut restart,
+            (step, received),
+        );
+        current.update(proof, received);
     }
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -310,8 +324,9 @@ pub async fn run(
         tokio::select! {
             step = steps.next() => match step {
                 Some(step) => {
-                    let proof = on_step(&mut engine, &metrics, &health, &mut restart, step);
-                    current.update(proof, steps.backlog());
+                    let received = steps.received();
+                    let proof = on_step(&mut engine, &metrics, &health, &mut restart, (step, received));
+                    current.update(proof, received);
                 }
                 None => anyhow::bail!("raw event watch ended"),
             },
@@ -336,6 +351,8 @@ pub async fn run(
             }
         }
     }
+    // The writer hears this even when its queue is full and it takes no intents.
+    let _ = stop_writer.send(());
     drop(tx);
     let mut writer = writer;
     match (stop, writer.0.take()) {

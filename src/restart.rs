@@ -17,7 +17,7 @@ use crate::key::{self, OwnedObservation};
 use crate::metrics::Metrics;
 use crate::object;
 use crate::watch::Step;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use k8s_openapi::api::events::v1::Event;
@@ -92,9 +92,10 @@ impl Restart {
         }
     }
 
-    /// The first list is complete at resourceVersion `rv`: replays it in time order and ends the
+    /// The first list is complete at resourceVersion `rv`, as of `snapshot` (when its first page was
+    /// asked for: later occurrences come through the watch): replays it in time order and ends the
     /// recovery. Returns how many raw events were replayed.
-    pub fn finish(self, engine: &mut Engine, rv: u64) -> usize {
+    pub fn finish(self, engine: &mut Engine, rv: u64, snapshot: DateTime<Utc>) -> usize {
         let Restart {
             mut buffer,
             started,
@@ -107,7 +108,7 @@ impl Restart {
             engine.observe(now, &obs.view());
         }
         engine.checkpoint(rv);
-        engine.end_recovery(now);
+        engine.end_recovery(now, snapshot);
         let raw_events = buffer.len();
         drop(buffer);
         crate::memory::release_free_pages();

@@ -21,7 +21,8 @@
 //! | `Listing` | the last page, at list resourceVersion `rv` | `Watching{rv}` | `ListStarted` (if first), `Listed`…, `ListDone{rv}` |
 //! | `Watching{rv}` | an added, modified or deleted object at `rv'` | `Watching{rv'}` | `Applied` or `Deleted` |
 //! | `Watching{rv}` | a bookmark at `rv'` | `Watching{rv'}` | `Bookmark{rv'}` |
-//! | `Watching{rv}` | the stream ended (server timeout) | `Watching{rv}` | `Restarted{clean}` |
+//! | `Watching{rv}` | the stream ended at its timeout | `Watching{rv}` | `Restarted{clean}` |
+//! | `Watching{rv}` | the stream ended early, no error | `Watching{rv}` | `Failed`, then `Restarted` |
 //! | `Watching{rv}` | the stream failed | `Watching{rv}` | `Failed`, then `Restarted` |
 //! | `Watching{rv}` | the stream went silent for its timeout plus a margin | `Watching{rv}` | `Stalled`, then `Restarted` at once |
 //! | any | a request failed | unchanged | `Failed` (the shell waits `retry_in`) |
@@ -33,6 +34,7 @@
 
 use crate::client::{self, DeadlineExceeded};
 use crate::object::not_managed_selector;
+use chrono::{DateTime, Utc};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams, WatchEvent, WatchParams};
@@ -228,11 +230,18 @@ impl Watch {
         Ok(step)
     }
 
-    /// The watch stream ended without an error (its server-side timeout): watch again from the last
-    /// resourceVersion.
-    pub fn ended(&mut self) -> Step {
-        self.delays = backoff();
-        Step::Restarted { clean: true }
+    /// The watch stream ended without an error: watch again from the last resourceVersion. `full`:
+    /// it lasted its whole timeout, the server ended it on schedule. An early end (a server that
+    /// went away, a proxy that cut it) is retried after a delay, like a failure, so that a server
+    /// ending watches at once cannot make the watch spin.
+    pub fn ended(&mut self, full: bool) -> Vec<Step> {
+        if full {
+            self.delays = backoff();
+            return vec![Step::Restarted { clean: true }];
+        }
+        let mut steps = self.request_failed(Failure::Other("the watch ended early".into()));
+        steps.push(Step::Restarted { clean: false });
+        steps
     }
 
     /// The watch stream broke off.
@@ -281,22 +290,30 @@ impl Watch {
 /// `bookmarks` sets `allowWatchBookmarks`; the operator always asks for them, only the bookmark
 /// benchmark (`event-series run --no-watch-bookmarks`, hidden) turns them off.
 pub fn raw_events(api: Api<Event>, watch_timeout_secs: u32, bookmarks: bool) -> Steps {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Step>(1024);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Received>(1024);
     tokio::spawn(async move {
         // Err only when the consumer is gone, which ends the task.
         let _ = drive(api, tx, watch_timeout_secs, bookmarks).await;
     });
-    Steps(rx)
+    Steps { rx, received: None }
 }
 
+/// A step and when the server's answer that made it arrived (for `ListDone`: when the list's
+/// first page was asked for, the moment its snapshot was taken).
+type Received = (Step, DateTime<Utc>);
+
 /// The steps of the raw-event watch, as a stream.
-pub struct Steps(tokio::sync::mpsc::Receiver<Step>);
+pub struct Steps {
+    rx: tokio::sync::mpsc::Receiver<Received>,
+    received: Option<DateTime<Utc>>,
+}
 
 impl Steps {
-    /// Steps received from the API server and not yet consumed. Zero means the consumer is caught
-    /// up with everything the server has sent: what it has seen is current as of now.
-    pub fn backlog(&self) -> usize {
-        self.0.len()
+    /// When the answer behind the step last handed out arrived from the server. Steps are in the
+    /// server's order, so whatever the server sent before it has been handed out already: a consumer
+    /// slower than the watch sees these times lag, never run ahead.
+    pub fn received(&self) -> Option<DateTime<Utc>> {
+        self.received
     }
 }
 
@@ -307,7 +324,13 @@ impl Stream for Steps {
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Step>> {
-        self.get_mut().0.poll_recv(cx)
+        let this = self.get_mut();
+        this.rx.poll_recv(cx).map(|item| {
+            item.map(|(step, at)| {
+                this.received = Some(at);
+                step
+            })
+        })
     }
 }
 
@@ -322,23 +345,28 @@ impl Step {
     }
 }
 
-type Closed = tokio::sync::mpsc::error::SendError<Step>;
+type Closed = tokio::sync::mpsc::error::SendError<Received>;
+type Sender = tokio::sync::mpsc::Sender<Received>;
 
 /// Performs the requests [`Watch`] asks for and hands its steps on.
 async fn drive(
     api: Api<Event>,
-    tx: tokio::sync::mpsc::Sender<Step>,
+    tx: Sender,
     watch_timeout_secs: u32,
     bookmarks: bool,
 ) -> Result<(), Closed> {
     let selector = not_managed_selector();
     let mut watch = Watch::default();
+    let timeout = watch_timeout_secs.max(1);
+    // When the current list's first page was asked for.
+    let mut snapshot = Utc::now();
     loop {
         let steps = match watch.request() {
             Request::List { continue_token } => {
                 let mut lp = ListParams::default().labels(&selector).limit(PAGE_SIZE);
-                if let Some(token) = &continue_token {
-                    lp = lp.continue_token(token);
+                match &continue_token {
+                    Some(token) => lp = lp.continue_token(token),
+                    None => snapshot = Utc::now(),
                 }
                 match api.list(&lp).await {
                     Ok(page) => watch.page(page),
@@ -346,47 +374,58 @@ async fn drive(
                 }
             }
             Request::Watch { resource_version } => {
-                let mut wp = WatchParams::default()
-                    .labels(&selector)
-                    .timeout(watch_timeout_secs.max(1));
+                let mut wp = WatchParams::default().labels(&selector).timeout(timeout);
                 wp.bookmarks = bookmarks;
                 match api.watch(&wp, &resource_version).await {
-                    Ok(stream) => follow(&tx, &mut watch, stream.boxed()).await?,
+                    Ok(stream) => {
+                        let lasts = Duration::from_secs(timeout.into());
+                        follow(&tx, &mut watch, stream.boxed(), lasts).await?
+                    }
                     Err(e) => watch.request_failed(Failure::of(&e)),
                 }
             }
         };
-        hand_on(&tx, steps).await?;
+        hand_on(&tx, steps, snapshot).await?;
     }
 }
 
-/// Forwards one watch response until it ends; returns the steps that close it.
+/// Forwards one watch response until it ends; returns the steps that close it. `lasts`: how long
+/// the server keeps it open.
 async fn follow(
-    tx: &tokio::sync::mpsc::Sender<Step>,
+    tx: &Sender,
     watch: &mut Watch,
     mut stream: futures::stream::BoxStream<'_, kube::Result<WatchEvent<Event>>>,
+    lasts: Duration,
 ) -> Result<Vec<Step>, Closed> {
+    let opened = tokio::time::Instant::now();
     while let Some(item) = stream.next().await {
         let step = match item {
             Ok(event) => watch.watched(event),
             Err(e) => Err(watch.stream_failed(Failure::of(&e))),
         };
         match step {
-            Ok(step) => tx.send(step).await?,
+            Ok(step) => tx.send((step, Utc::now())).await?,
             Err(closing) => return Ok(closing),
         }
     }
-    Ok(vec![watch.ended()])
+    // The server ends a watch on time, give or take its scheduling.
+    let full = opened.elapsed() + Duration::from_secs(1) >= lasts;
+    Ok(watch.ended(full))
 }
 
-/// Sends steps in order, waiting out the delay of a [`Step::Failed`] before the next request.
-async fn hand_on(tx: &tokio::sync::mpsc::Sender<Step>, steps: Vec<Step>) -> Result<(), Closed> {
+/// Sends steps in order, waiting out the delay of a [`Step::Failed`] before the next request. A
+/// `ListDone` is stamped with the list's `snapshot` time, everything else with now.
+async fn hand_on(tx: &Sender, steps: Vec<Step>, snapshot: DateTime<Utc>) -> Result<(), Closed> {
     for step in steps {
         let wait = match &step {
             Step::Failed { retry_in, .. } => Some(*retry_in),
             _ => None,
         };
-        tx.send(step).await?;
+        let at = match &step {
+            Step::ListDone { .. } => snapshot,
+            _ => Utc::now(),
+        };
+        tx.send((step, at)).await?;
         if let Some(wait) = wait {
             tokio::time::sleep(wait).await;
         }
@@ -518,7 +557,10 @@ mod tests {
         w.page(page(&[], None, "12"));
         w.watched(bookmark("40")).unwrap();
         // The server closed the stream at its timeout.
-        assert_eq!(kinds(&[w.ended()]), ["Ended"]);
+        assert_eq!(kinds(&w.ended(true)), ["Ended"]);
+        // A stream that ends early (the server went away) is retried after a delay, not at once.
+        assert_eq!(kinds(&w.ended(false)), ["Failed", "Restarted"]);
+        assert_eq!(watching(&w), Some("40"));
         assert_eq!(watching(&w), Some("40"));
         // The connection broke.
         let steps = w.stream_failed(Failure::Other("reset".into()));

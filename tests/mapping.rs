@@ -134,7 +134,7 @@ fn a_rebuilt_series_writes_the_same_object() {
         let mut rebuilt = Engine::with_settings(fast_settings());
         rebuilt.begin_recovery();
         rebuilt.restore(t0(), persisted);
-        rebuilt.end_recovery(t0());
+        rebuilt.end_recovery(t0(), t0());
         let again = to_event(&rebuilt.active(t0())[0]);
         assert_eq!(
             immutable(&again),

@@ -115,10 +115,12 @@ impl Engine {
         }
     }
 
-    /// Ends a rebuild: from now on a raw object the engine has not seen is new.
-    pub fn end_recovery(&mut self, now: DateTime<Utc>) {
+    /// Ends a rebuild: from now on a raw object the engine has not seen is new. The input is known
+    /// complete up to `input` (the snapshot of the list replayed): a series quiet since before that
+    /// is finished now, one whose next occurrence may still come through the watch is not.
+    pub fn end_recovery(&mut self, now: DateTime<Utc>, input: DateTime<Utc>) {
         self.recovery = None;
-        self.tick(now);
+        self.tick_with_input(now, input);
     }
 
     pub(super) fn recovering(&self) -> bool {
@@ -193,7 +195,7 @@ mod tests {
             "the older object is the one finished"
         );
         assert_eq!(restored[0].series.first, t0());
-        engine.end_recovery(now);
+        engine.end_recovery(now, now);
         engine.tick(now + TimeDelta::minutes(15));
         assert_eq!(
             names(&engine.take_intents()),

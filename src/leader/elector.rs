@@ -16,9 +16,10 @@
 //!
 //! | role | input | next |
 //! |---|---|---|
-//! | any | read: no Lease | `Decision::Create` |
+//! | any | read: no Lease, first seen missing a lease duration ago or more | `Decision::Create` |
+//! | any | read: no Lease, missing for less than a lease duration | `Decision::Wait` |
 //! | any | read: another holder, changed less than the lease duration ago | `Decision::Wait` |
-//! | any | read: free, expired, or ours | `Decision::Update` (with the resourceVersion read) |
+//! | any | read: released (no holder, 1 s), expired, or ours | `Decision::Update` (with the resourceVersion read) |
 //! | leading | read: another holder | fenced at once |
 //! | any | our create or update succeeded, sent at `t` | leading until `t + renew_deadline` |
 //! | leading | no successful renewal by `t + renew_deadline` | fenced |
@@ -60,6 +61,13 @@ impl Timings {
             return Err(format!(
                 "--renew-deadline ({:?}) must be longer than 1.2 x --retry-period ({:?})",
                 self.renew_deadline, self.retry_period
+            ));
+        }
+        if self.lease_duration.subsec_nanos() != 0 {
+            // The Lease holds whole seconds: a fraction would shorten the margin a standby keeps.
+            return Err(format!(
+                "--lease-duration ({:?}) must be whole seconds",
+                self.lease_duration
             ));
         }
         if self.retry_period.is_zero() {
@@ -142,6 +150,9 @@ pub struct Elector {
     observed: Option<(String, Record, Instant)>,
     /// The start of our last successful create or update of the Lease, while we lead.
     renewed: Option<Instant>,
+    /// Since when the Lease has been seen missing: a Lease deleted under a leader is waited out
+    /// like one it still holds.
+    absent_since: Option<Instant>,
 }
 
 impl Elector {
@@ -151,6 +162,7 @@ impl Elector {
             timings,
             observed: None,
             renewed: None,
+            absent_since: None,
         }
     }
 
@@ -163,8 +175,10 @@ impl Elector {
         let Some((rv, record)) = lease else {
             self.observed = None;
             self.renewed = None;
+            self.absent_since.get_or_insert(now);
             return;
         };
+        self.absent_since = None;
         if record.holder != self.identity {
             // Someone else holds it: whatever we believed, we do not lead.
             self.renewed = None;
@@ -186,10 +200,20 @@ impl Elector {
             transitions,
         };
         let Some((rv, record, seen)) = &self.observed else {
+            // Missing: never created, or deleted under a leader that may still be writing. Only a
+            // lease duration after we first saw it missing can no leader be left.
+            if self
+                .absent_since
+                .is_some_and(|t| now < t + self.timings.lease_duration)
+            {
+                return Decision::Wait;
+            }
             return Decision::Create(ours(Some(wall), 0));
         };
         let mine = record.holder == self.identity;
-        if !record.holder.is_empty() && !mine {
+        // Released by its holder (no holder, a one-second lease, as `release` writes it): free now.
+        let released = record.holder.is_empty() && record.lease_duration_secs <= 1;
+        if !released && !mine {
             let advertised = Duration::from_secs(record.lease_duration_secs.max(0) as u64);
             let valid_for = advertised.max(self.timings.lease_duration);
             if now < *seen + valid_for {
@@ -289,7 +313,10 @@ mod tests {
         let wall = Timestamp::now();
         let mut e = Elector::new("a", Timings::default());
         e.observe(t0, None);
-        let Decision::Create(r) = e.decide(t0, wall) else {
+        // A missing Lease may have been deleted under a leader: waited out for a lease duration.
+        assert_eq!(e.decide(t0 + secs(14), wall), Decision::Wait);
+        e.observe(t0 + secs(14), None);
+        let Decision::Create(r) = e.decide(t0 + secs(15), wall) else {
             panic!()
         };
         assert_eq!((r.holder.as_str(), r.lease_duration_secs), ("a", 15));
@@ -331,12 +358,15 @@ mod tests {
             e.decide(t0 + secs(90), wall),
             Decision::Update { .. }
         ));
-        // A released Lease (no holder) is taken at once.
+        // A released Lease (no holder, one second) is taken at once.
         e.observe(t0 + secs(91), Some(("8".into(), record("", 1))));
         assert!(matches!(
             e.decide(t0 + secs(91), wall),
             Decision::Update { .. }
         ));
+        // A holder blanked by hand is no release: its leader may still write.
+        e.observe(t0 + secs(92), Some(("9".into(), record("", 15))));
+        assert_eq!(e.decide(t0 + secs(106), wall), Decision::Wait);
     }
 
     #[test]

@@ -225,10 +225,12 @@ async fn campaign(
             let _ = role.send(Role::Lost);
             return;
         }
-        // A leader's requests must be over by the renew deadline: it is fenced then anyway.
+        // A leader's requests must be over by the renew deadline (it is fenced then anyway), and one
+        // hung attempt must leave room for more within it.
         let mut deadline = now + config.request_timeout;
         if leading && let Some(by) = renew_by {
-            deadline = deadline.min(by);
+            let attempt = timings.retry_period.max(timings.renew_deadline / 3);
+            deadline = deadline.min(by).min(now + attempt);
         }
         let read = tokio::time::timeout_at(deadline.into(), api.get_opt(&config.name))
             .await

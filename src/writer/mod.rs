@@ -62,6 +62,8 @@ pub enum Answer {
     Timeout,
     /// The connection failed before an answer.
     Transport(String),
+    /// Not sent: the fence closed while the request waited for the rate limit.
+    NotSent,
 }
 
 impl Answer {
@@ -71,6 +73,7 @@ impl Answer {
             Answer::Status { code, .. } => code.to_string(),
             Answer::Timeout => "timeout".into(),
             Answer::Transport(_) => "error".into(),
+            Answer::NotSent => "not_sent".into(),
         }
     }
 
@@ -83,10 +86,11 @@ impl Answer {
             },
             Err(kube::Error::Api(status)) => Answer::Status {
                 code: status.code,
+                // A Retry-After beyond ten minutes is a broken proxy's, not a plan.
                 retry_after: status
                     .details
                     .as_ref()
-                    .map(|d| Duration::from_secs(d.retry_after_seconds.into()))
+                    .map(|d| Duration::from_secs(d.retry_after_seconds.min(600).into()))
                     .filter(|d| !d.is_zero()),
                 message: status.message.clone(),
             },
@@ -111,7 +115,7 @@ pub enum Next {
 /// Decides the next step after a write's answer.
 pub fn next(verb: Verb, answer: &Answer) -> Next {
     let (code, retry_after, message) = match answer {
-        Answer::Timeout | Answer::Transport(_) => {
+        Answer::Timeout | Answer::Transport(_) | Answer::NotSent => {
             return Next::Retry {
                 at_least: Duration::ZERO,
             };
@@ -211,7 +215,7 @@ impl Writer {
                 limiter.until_ready().await;
                 // The rate limit may have held the request past the fence: check again.
                 if !matches!(fence.check(std::time::Instant::now()), Fence::Open { .. }) {
-                    return Answer::Timeout;
+                    return Answer::NotSent;
                 }
                 match job.verb {
                     Verb::Create => Answer::of(
@@ -239,7 +243,9 @@ impl Writer {
 
     fn complete(&mut self, outcome: Outcome) {
         let Outcome { job, answer } = outcome;
-        self.metrics.request_code(job.verb.as_str(), &answer.code());
+        if answer != Answer::NotSent {
+            self.metrics.request_code(job.verb.as_str(), &answer.code());
+        }
         let (namespace, name) = (&job.target.namespace, &job.target.name);
         match self
             .queue
@@ -271,11 +277,13 @@ impl Writer {
         }
     }
 
-    /// Runs until `intents` is closed and every pending write is done, or `drain_deadline` (set once
-    /// intents close) passes. Reports its progress to `health` for `/readyz`.
+    /// Runs until `intents` is closed or `stop` fires, and then until every pending write is done or
+    /// `drain` has passed. `stop` is heard even while the queue is full and intents are not taken.
+    /// Reports its progress to `health` for `/readyz`.
     pub async fn run(
         mut self,
         mut intents: Receiver<Intent>,
+        mut stop: tokio::sync::oneshot::Receiver<()>,
         drain: Duration,
         health: Arc<Health>,
     ) {
@@ -338,6 +346,16 @@ impl Writer {
                         deadline = Some(Instant::now() + drain);
                     }
                 },
+                _ = &mut stop, if open => {
+                    open = false;
+                    deadline = Some(Instant::now() + drain);
+                    // What the controller handed over before it stopped is flushed too (at most
+                    // the channel's capacity past the bound).
+                    let now = std::time::Instant::now();
+                    while let Ok(intent) = intents.try_recv() {
+                        self.queue.push(now, intent);
+                    }
+                }
                 Some(outcome) = in_flight.next(), if !in_flight.is_empty() => self.complete(outcome),
                 _ = tokio::time::sleep_until(wake) => {}
             }
@@ -348,6 +366,58 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Settings;
+    use crate::engine::Engine;
+
+    /// Create intents of `n` distinct series, as the engine makes them.
+    fn creates(n: usize) -> Vec<Intent> {
+        let now = chrono::Utc::now();
+        let mut engine = Engine::with_settings(Settings::default());
+        for i in 0..n {
+            let raw: k8s_openapi::api::core::v1::Event = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": format!("p{i}.1"), "namespace": "ns", "uid": format!("u{i}")},
+                "involvedObject": {"kind": "Pod", "name": format!("p{i}"), "namespace": "ns"},
+                "reason": "BackOff", "type": "Warning", "source": {"component": "kubelet"},
+                "firstTimestamp": now, "lastTimestamp": now, "count": 2
+            }))
+            .unwrap();
+            engine.observe(now, &crate::key::normalise(&raw).unwrap());
+        }
+        engine.take_intents()
+    }
+
+    /// Issue #13 review: with its queue full and every write failing (nothing listens on the
+    /// address), the writer takes no intents, yet a stop ends it within the drain time.
+    #[tokio::test]
+    async fn a_full_queue_still_hears_the_stop_and_drains_within_its_time() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = Client::try_from(config).unwrap();
+        let writer = Writer::new(
+            client,
+            WriterConfig {
+                max_pending: 1,
+                ..WriterConfig::default()
+            },
+            Arc::new(Metrics::default()),
+            WriteFence::open(),
+        );
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let health = Arc::new(Health::new(
+            Duration::from_secs(60),
+            Duration::from_secs(30),
+        ));
+        let task = tokio::spawn(writer.run(rx, stopped, Duration::from_millis(500), health));
+        for intent in creates(3) {
+            tx.send(intent).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // What the controller does when it stops.
+        let _ = stop.send(());
+        drop(tx);
+        let ended = tokio::time::timeout(Duration::from_secs(5), task).await;
+        assert!(ended.is_ok(), "the writer did not stop");
+    }
 
     fn status(code: u16, retry_after: Option<Duration>) -> Answer {
         Answer::Status {

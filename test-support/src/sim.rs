@@ -265,7 +265,7 @@ impl Sim {
             engine.observe(self.now, &obs.view());
         }
         engine.checkpoint(self.rv);
-        engine.end_recovery(self.now);
+        engine.end_recovery(self.now, self.now);
         self.engine = engine;
         self.flush();
     }
