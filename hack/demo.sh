@@ -153,7 +153,7 @@ metrics_port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1
   echo $((20000 + RANDOM % 30000)))"
 KUBECONFIG="$SA_KUBECONFIG" NO_COLOR=1 "$OPERATOR" run \
   --leader-elect --lease-namespace event-series-system --instance demo-local \
-  --metrics-addr "127.0.0.1:$metrics_port" \
+  --metrics-addr "127.0.0.1:$metrics_port" --watch-timeout 15s \
   </dev/null >"$DIR/operator.log" 2>&1 &
 operator_pid=$!
 
@@ -169,7 +169,7 @@ for _ in $(seq 150); do
   sleep 0.2
 done
 holder=''
-for _ in $(seq 60); do
+for _ in $(seq 90); do
   operator_alive || operator_failed "the operator exited"
   holder="$(k get lease event-series -n event-series-system -o jsonpath='{.spec.holderIdentity}' 2>/dev/null || true)"
   [ "$holder" = demo-local ] && break
@@ -195,7 +195,9 @@ cat <<EOF
 
 ${B}What to look at${N}: rows without STATE are the raw events, patched by the recorder on every
 occurrence. Rows with STATE are event-series' series, one per loop: created on the second occurrence,
-rewritten every heartbeat (15s) with COUNT, and marked Finished 20s after the storm stops.
+rewritten every heartbeat (15s) with COUNT, and marked Finished 20s after the storm stops (up to 15s
+more in a cluster this quiet: a loop is finished only once the watch has proven that none of its
+occurrences is still on the way, and here only the end of each 15s watch proves it).
 Meanwhile, in another terminal:
   export KUBECONFIG=${ADMIN}
   ${BIN#"$ROOT"/}/kubectl get events -A -l eventseries.dev/state=Ongoing
