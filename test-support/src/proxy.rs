@@ -9,7 +9,8 @@
 //!   for data still unacknowledged in the sender's kernel. So a sender that **resets** its connection
 //!   while frozen loses them (they are discarded and counted), as an RST drops a socket's unsent
 //!   data; a sender that closes **gracefully** still has them delivered on heal, then a FIN, as TCP
-//!   retransmits after a FIN.
+//!   retransmits after a FIN, unless it resets after closing (a process that exits with SO_LINGER
+//!   0 does), which drops them too.
 //! - **Heal** ([`FaultProxy::heal`]): held bytes are delivered in order, then relaying goes on.
 //! - **Reset** ([`FaultProxy::reset_all`]): both ends of every open connection get an RST.
 //! - **Latency** ([`FaultProxy::set_latency`]): each chunk is delivered that long after it was read,
@@ -25,13 +26,17 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// Most bytes held per direction of a frozen connection before the proxy stops reading.
 const HOLD: usize = 4 << 20;
+
+/// How often a closed sender with bytes still held is checked for a reset.
+const RESET_CHECK: Duration = Duration::from_millis(50);
 
 /// The faults in force.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -272,8 +277,8 @@ async fn connection(id: u64, client: TcpStream, upstream: SocketAddr, shared: Ar
 /// Moves bytes one way, obeying the faults: holds while frozen, delays by the latency.
 async fn pump(
     id: u64,
-    from: &mut (impl AsyncRead + Unpin),
-    to: &mut (impl AsyncWrite + Unpin),
+    from: &mut ReadHalf<'_>,
+    to: &mut WriteHalf<'_>,
     upstream: bool,
     shared: &Shared,
 ) -> End {
@@ -301,6 +306,16 @@ async fn pump(
                     queue.push_back((Instant::now(), buf[..n].to_vec()));
                 }
                 Err(_) => {
+                    counters.discarded.fetch_add(held as u64, Ordering::Relaxed);
+                    return End::Reset;
+                }
+            },
+            // A sender that closed (FIN) and then reset (RST) drops what it had not got
+            // acknowledged, as a kernel purges a reset socket's send queue: past its FIN a read
+            // says nothing more, so look at the socket's error instead.
+            () = tokio::time::sleep(RESET_CHECK), if eof && !queue.is_empty() => {
+                let reset: &TcpStream = from.as_ref();
+                if let Ok(Some(_)) = reset.take_error() {
                     counters.discarded.fetch_add(held as u64, Ordering::Relaxed);
                     return End::Reset;
                 }
@@ -536,6 +551,25 @@ mod tests {
         }
         assert_eq!(e.received.lock().unwrap().as_slice(), b"alate");
         assert_eq!(e.eofs.load(Ordering::SeqCst), 1, "then the FIN");
+    }
+
+    #[tokio::test]
+    async fn a_sender_that_closes_then_resets_while_frozen_loses_its_held_bytes() {
+        let e = echo();
+        let p = FaultProxy::start(e.addr).await.unwrap();
+        let mut s = connect(&p);
+        assert_eq!(round_trip(&mut s, b"a"), b"a");
+        p.freeze_existing();
+        s.write_all(b"abandoned").unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        abort(&s);
+        drop(s);
+        std::thread::sleep(Duration::from_millis(300));
+        p.heal();
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(e.received.lock().unwrap().as_slice(), b"a");
+        assert_eq!(p.stats().discarded_bytes, 9);
     }
 
     #[tokio::test]
