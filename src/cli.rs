@@ -85,6 +85,11 @@ pub struct RunArgs {
     /// Most series with a write pending; beyond it intake waits for the writer.
     #[arg(long, default_value_t = 200_000)]
     pub max_pending_writes: usize,
+    /// How far an event's own timestamp may lie from the operator's clock and still time its
+    /// occurrence; beyond it, the occurrence is timed by its arrival. Also how far in the future a
+    /// stored series object's times may lie before they are clamped to now at a restart.
+    #[arg(long, default_value = "10m")]
+    pub clock_tolerance: String,
     /// Watch and write in this namespace only (default: the whole cluster).
     #[arg(long)]
     pub namespace: Option<String>,

@@ -15,7 +15,7 @@ use crate::config::policy_watch::{PolicyWatch, Update};
 use crate::engine::{Engine, EngineConfig};
 use crate::health::Health;
 use crate::intent::Intent;
-use crate::key::{self, RawId};
+use crate::key::RawId;
 use crate::leader::WriteFence;
 use crate::metrics::Metrics;
 use crate::restart::Restart;
@@ -43,6 +43,8 @@ pub struct ControllerConfig {
     pub watch_timeout_secs: u32,
     /// Ask the raw-event watch for bookmarks (always, except in benchmarks: `--no-watch-bookmarks`).
     pub watch_bookmarks: bool,
+    /// See [`EngineConfig::clock_tolerance`].
+    pub clock_tolerance: chrono::TimeDelta,
 }
 
 /// How often the engine's memory upkeep runs ([`Engine::housekeep`]).
@@ -67,18 +69,11 @@ fn resource_version(rv: &str) -> Option<u64> {
 /// cannot be read is skipped with a log line and a metric. Returns the time of its latest
 /// occurrence.
 fn feed(engine: &mut Engine, metrics: &Metrics, ev: &CoreEvent) -> Option<DateTime<Utc>> {
-    match key::normalise(ev) {
-        Ok(obs) => {
-            let now = Utc::now();
-            metrics.ingest_lag(now, obs.last);
-            engine.observe(now, &obs);
-            Some(obs.last)
-        }
-        Err(e) => {
-            metrics.skipped(ev, &e);
-            None
-        }
-    }
+    let obs = metrics.read(ev)?;
+    let now = Utc::now();
+    metrics.ingest_lag(now, obs.last);
+    engine.observe(now, &obs);
+    Some(obs.last)
 }
 
 /// What a step of the watch proves about how current the engine's input is.
@@ -131,10 +126,11 @@ fn on_step(
         }
         Step::Listed(ev) => match restart.as_mut() {
             Some(restart) => restart.buffer(&ev, metrics),
-            None => match key::normalise(&ev) {
-                Ok(obs) => engine.observe(Utc::now(), &obs),
-                Err(e) => metrics.skipped(&ev, &e),
-            },
+            None => {
+                if let Some(obs) = metrics.read(&ev) {
+                    engine.observe(Utc::now(), &obs);
+                }
+            }
         },
         Step::ListDone {
             resource_version: rv,
@@ -271,7 +267,13 @@ pub async fn run(
         policies = start => policies?,
         stop = &mut shutdown => return Ok(stop),
     };
-    let mut engine = Engine::new(policies.set().clone(), EngineConfig::default());
+    let mut engine = Engine::new(
+        policies.set().clone(),
+        EngineConfig {
+            clock_tolerance: config.clock_tolerance,
+            ..EngineConfig::default()
+        },
+    );
     let now = Utc::now();
     for (ns, labels) in policies.namespaces() {
         engine.set_namespace_labels(now, ns, labels.clone());
@@ -332,10 +334,13 @@ pub async fn run(
             },
             update = policies.next() => match update? {
                 Update::Policies(set) => engine.set_policies(Utc::now(), set),
-                Update::Namespaces(changed) => {
+                Update::Namespaces { changed, removed } => {
                     let now = Utc::now();
                     for (ns, labels) in changed {
                         engine.set_namespace_labels(now, &ns, labels);
+                    }
+                    for ns in removed {
+                        engine.namespace_removed(&ns);
                     }
                 }
                 Update::Nothing => {}

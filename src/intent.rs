@@ -59,11 +59,7 @@ pub struct Source {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Snapshot {
     pub id: KeyId,
-    /// The name of the object this series was restored from, when it is not the name derived from the
-    /// key and start (an object written by another version). `None` for every series this process
-    /// started. The stored-object module derives the object name either way.
-    pub stored_name: Option<Arc<str>>,
-    /// Namespace of the raw events.
+    /// Namespace of the raw events (also the key's).
     pub namespace: Arc<str>,
     /// The key and the note.
     pub key: KeyBuf,
@@ -89,9 +85,6 @@ pub struct Intent {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredSeries {
     pub id: KeyId,
-    /// The object's name when it is not the one derived from the key and start (see
-    /// [`Snapshot::stored_name`]).
-    pub stored_name: Option<Arc<str>>,
     pub namespace: String,
     /// The key and the note, as the object holds them.
     pub key: KeyBuf,

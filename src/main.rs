@@ -96,6 +96,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             args.request_timeout
         );
     }
+    let clock_tolerance = parse_duration("--clock-tolerance", &args.clock_tolerance)?;
     let timings = Timings {
         lease_duration: std_duration("--lease-duration", &args.lease_duration)?,
         renew_deadline: std_duration("--renew-deadline", &args.renew_deadline)?,
@@ -144,6 +145,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         drain,
         watch_timeout_secs,
         watch_bookmarks: !args.no_watch_bookmarks,
+        clock_tolerance,
     };
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);

@@ -24,20 +24,19 @@ pub struct DropLabels {
 }
 
 /// Every `reason` of `dropped_total`, exported at 0 from the start so that rates and alerts on them
-/// work before the first drop.
+/// work before the first drop. Its unit is the occurrence: a raw event that cannot be read counts
+/// as one.
 pub const DROP_REASONS: &[&str] = &[
     "lone",
     "filtered",
     "stale",
-    "series_evicted",
-    "candidate_evicted",
-    "raw_evicted",
-    "rejected",
-    "unreadable_series",
     "missing_name",
     "missing_namespace",
     "no_timestamp",
 ];
+
+/// Every `reason` of `series_evicted_total`.
+pub const EVICTION_REASONS: &[&str] = &["max_active_series", "max_active_series_per_namespace"];
 
 /// Every metric the operator exports.
 #[derive(Default)]
@@ -55,6 +54,9 @@ pub struct Metrics {
     pub writes_pending: Gauge,
     pub bookmarks: Counter,
     pub dropped: Family<DropLabels, Counter>,
+    pub series_evicted: Family<DropLabels, Counter>,
+    pub recovery_rejected: Family<DropLabels, Counter>,
+    pub truncated: Counter,
     /// `ingest_lag_seconds`: see [`Metrics::ingest_lag`].
     pub ingest_lag: IngestLag,
     /// Engine counters already exported, so that [`Metrics::sync_engine`] adds only the growth.
@@ -80,9 +82,8 @@ struct SeenStats {
     lone: AtomicU64,
     filtered: AtomicU64,
     stale: AtomicU64,
-    evicted_series: AtomicU64,
-    evicted_candidates: AtomicU64,
-    evicted_raw: AtomicU64,
+    evicted_global: AtomicU64,
+    evicted_namespace: AtomicU64,
 }
 
 impl Metrics {
@@ -149,8 +150,27 @@ impl Metrics {
         );
         r.register(
             "dropped",
-            "Occurrences, events or writes not turned into series, by reason",
+            "Occurrences not counted in any series, by reason: lone (no second occurrence within \
+             seriesWindow), filtered (by a policy's match), stale (older than seriesWindow when it \
+             arrived), or the raw event could not be read (one per event)",
             metrics.dropped.clone(),
+        );
+        r.register(
+            "series_evicted",
+            "Series given up early (written Finished with their count) because a policy's \
+             maxActiveSeries or maxActiveSeriesPerNamespace was reached, by reason",
+            metrics.series_evicted.clone(),
+        );
+        r.register(
+            "recovery_rejected",
+            "Series objects not adopted at a restart because they failed a check (a copy from \
+             another namespace, an edited or unparsable object), by reason",
+            metrics.recovery_rejected.clone(),
+        );
+        r.register(
+            "fields_truncated",
+            "Raw event observations with a string field cut to its limit (the note to 1,024 bytes)",
+            metrics.truncated.clone(),
         );
         r.register(
             "ingest_lag_seconds",
@@ -160,6 +180,12 @@ impl Metrics {
         );
         for reason in DROP_REASONS {
             metrics.dropped(reason, 0);
+        }
+        for reason in EVICTION_REASONS {
+            let _ = metrics.series_evicted.get_or_create(&label(reason));
+        }
+        for reason in crate::object::DecodeError::REASONS {
+            let _ = metrics.recovery_rejected.get_or_create(&label(reason));
         }
         r
     }
@@ -178,6 +204,23 @@ impl Metrics {
             .inc();
     }
 
+    /// Reads a raw event ([`crate::key::normalise`]): one with a field cut to its limit is counted,
+    /// one that cannot be read is skipped with a log line and counted as a dropped occurrence.
+    pub fn read<'a>(&self, ev: &'a Event) -> Option<crate::key::Observation<'a>> {
+        match crate::key::normalise(ev) {
+            Ok(obs) => {
+                if obs.truncated {
+                    self.truncated.inc();
+                }
+                Some(obs)
+            }
+            Err(e) => {
+                self.skipped(ev, &e);
+                None
+            }
+        }
+    }
+
     /// A raw event that cannot be read: logged with its name and counted under its reason.
     pub fn skipped(&self, ev: &Event, e: &NormaliseError) {
         tracing::warn!(name = ?ev.metadata.name, namespace = ?ev.metadata.namespace,
@@ -186,11 +229,12 @@ impl Metrics {
     }
 
     pub fn dropped(&self, reason: &str, n: u64) {
-        self.dropped
-            .get_or_create(&DropLabels {
-                reason: reason.to_owned(),
-            })
-            .inc_by(n);
+        self.dropped.get_or_create(&label(reason)).inc_by(n);
+    }
+
+    /// A series object not adopted at a restart.
+    pub fn recovery_rejected(&self, reason: &str) {
+        self.recovery_rejected.get_or_create(&label(reason)).inc();
     }
 
     /// Records the ingest lag of a raw event change received from the watch: `now` minus the latest
@@ -222,20 +266,36 @@ impl Metrics {
             ("lone", &s.lone, stats.lone),
             ("filtered", &s.filtered, stats.dropped_filtered),
             ("stale", &s.stale, stats.dropped_stale),
-            ("series_evicted", &s.evicted_series, stats.series_evicted),
-            (
-                "candidate_evicted",
-                &s.evicted_candidates,
-                stats.candidates_evicted,
-            ),
-            ("raw_evicted", &s.evicted_raw, stats.raw_evicted),
         ] {
             let n = grow(seen, now);
             if n > 0 {
                 self.dropped(reason, n);
             }
         }
+        for (reason, seen, now) in [
+            (
+                "max_active_series",
+                &s.evicted_global,
+                stats.evicted_by_policy,
+            ),
+            (
+                "max_active_series_per_namespace",
+                &s.evicted_namespace,
+                stats.evicted_by_namespace,
+            ),
+        ] {
+            let n = grow(seen, now);
+            if n > 0 {
+                self.series_evicted.get_or_create(&label(reason)).inc_by(n);
+            }
+        }
         self.series_active.set(active as i64);
+    }
+}
+
+fn label(reason: &str) -> DropLabels {
+    DropLabels {
+        reason: reason.to_owned(),
     }
 }
 
@@ -270,6 +330,7 @@ mod tests {
             &Stats {
                 occurrences: 7,
                 dropped_filtered: 2,
+                evicted_by_policy: 1,
                 ..Default::default()
             },
             3,
@@ -285,7 +346,10 @@ mod tests {
             "event_series_watch_restarts_total 0",
             "event_series_series_started_total 0",
             "event_series_series_finished_total 0",
-            "event_series_dropped_total{reason=\"rejected\"} 0",
+            "event_series_dropped_total{reason=\"stale\"} 0",
+            "event_series_series_evicted_total{reason=\"max_active_series\"} 1",
+            "event_series_recovery_rejected_total{reason=\"key_mismatch\"} 0",
+            "event_series_fields_truncated_total 0",
             "event_series_ingest_lag_seconds_count 0",
         ] {
             assert!(

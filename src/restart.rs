@@ -13,7 +13,7 @@
 //! The engine's side of it (what a stored series says was already counted) is `engine::restore`.
 
 use crate::engine::Engine;
-use crate::key::{self, OwnedObservation};
+use crate::key::OwnedObservation;
 use crate::metrics::Metrics;
 use crate::object;
 use crate::watch::Step;
@@ -86,9 +86,8 @@ impl Restart {
     /// Keeps one raw event of the first list for the replay; an event that cannot be read is skipped
     /// with a log line and a metric.
     pub fn buffer(&mut self, ev: &CoreEvent, metrics: &Metrics) {
-        match key::normalise(ev) {
-            Ok(obs) => self.buffer.push(OwnedObservation::new(&obs)),
-            Err(e) => metrics.skipped(ev, &e),
+        if let Some(obs) = metrics.read(ev) {
+            self.buffer.push(OwnedObservation::new(&obs));
         }
     }
 
@@ -123,8 +122,9 @@ impl Restart {
     }
 }
 
-/// Restores every series object the operator wrote (Ongoing and Finished), page by page; an object
-/// that cannot be read is skipped with a log line and a metric.
+/// Restores every series object the operator wrote (Ongoing and Finished), page by page. Each is a
+/// claim checked by [`object::decode`]; one that fails is skipped with a log line and counted in
+/// `event_series_recovery_rejected_total{reason}`.
 async fn restore_own_series(api: &Api<Event>, engine: &mut Engine, metrics: &Metrics) {
     let started = Instant::now();
     tracing::info!("restoring own series objects");
@@ -132,22 +132,38 @@ async fn restore_own_series(api: &Api<Event>, engine: &mut Engine, metrics: &Met
         .labels(&object::managed_selector())
         .limit(OWN_PAGE_SIZE);
     let (mut restored, mut pages, mut waiting) = (0, 0, Duration::ZERO);
+    let (mut rejected, mut list_rv) = (0u64, None::<u64>);
     loop {
         let asked = Instant::now();
         let page = list_with_retry(api, &params).await;
         waiting += asked.elapsed();
         pages += 1;
         let now = Utc::now();
+        let check = object::Check {
+            now,
+            tolerance: engine.clock_tolerance(),
+        };
+        // Every page of one list is served at the first page's resourceVersion.
+        list_rv = list_rv.or_else(|| page.metadata.resource_version.as_deref()?.parse().ok());
         for ev in &page.items {
-            match object::decode(ev) {
+            let claim = object::decode(ev, check).and_then(|s| match list_rv {
+                // No object can record raw events newer than the list it is read in.
+                Some(list) if s.watermark > list => Err(object::DecodeError::FutureWatermark {
+                    watermark: s.watermark,
+                    list,
+                }),
+                _ => Ok(s),
+            });
+            match claim {
                 Ok(series) => {
                     engine.restore(now, series);
                     restored += 1;
                 }
                 Err(e) => {
                     tracing::warn!(name = ?ev.metadata.name, namespace = ?ev.metadata.namespace,
-                        error = %e, "series object not restored");
-                    metrics.dropped("unreadable_series", 1);
+                        error = %e, "series object not adopted");
+                    rejected += 1;
+                    metrics.recovery_rejected(e.reason());
                 }
             }
         }
@@ -158,6 +174,7 @@ async fn restore_own_series(api: &Api<Event>, engine: &mut Engine, metrics: &Met
     }
     tracing::info!(
         restored,
+        rejected,
         pages,
         active = engine.active_series(),
         list_ms = waiting.as_millis() as u64,

@@ -208,11 +208,13 @@ fn new_style_series_count_is_folded_as_deltas() {
 }
 
 #[test]
-fn a_raw_event_first_seen_old_is_a_baseline_not_a_series() {
+fn a_raw_event_replayed_old_is_a_baseline_not_a_series() {
     let mut engine = Engine::with_settings(fast_settings());
     let now = t0() + TimeDelta::hours(1);
     let old = legacy("a", "r1", pod("a", "p"), "BackOff", 40, t0(), t0());
+    engine.begin_recovery();
     engine.observe(now, &key::normalise(&old).unwrap());
+    engine.end_recovery(now, now);
     assert!(engine.take_intents().is_empty());
     assert_eq!(engine.stats().dropped_stale, 40);
     // The emitter patches it again: only the new occurrence counts.
@@ -220,6 +222,20 @@ fn a_raw_event_first_seen_old_is_a_baseline_not_a_series() {
     engine.observe(now, &key::normalise(&again).unwrap());
     assert_eq!(engine.candidates(), 1);
     assert_eq!(engine.pending_occurrences(), 1);
+}
+
+/// A watched event whose timestamps lie beyond the clock tolerance is timed by its arrival: an
+/// emitter whose clock is an hour off still gets its series, with every occurrence.
+#[test]
+fn a_watched_event_far_off_the_clock_is_timed_by_its_arrival() {
+    let mut engine = Engine::with_settings(fast_settings());
+    let now = t0() + TimeDelta::hours(1);
+    let old = legacy("a", "r1", pod("a", "p"), "BackOff", 40, t0(), t0());
+    engine.observe(now, &key::normalise(&old).unwrap());
+    let created = engine.take_intents();
+    assert_eq!(created.len(), 1);
+    assert_eq!((created[0].series.count, created[0].series.last), (40, now));
+    assert_eq!(engine.stats().dropped_stale, 0);
 }
 
 #[test]
@@ -303,7 +319,7 @@ fn max_active_series_finishes_the_least_recently_active_with_its_count() {
     assert_eq!(evicted[0].series.key.view().regarding.name, "p2");
     assert_eq!(evicted[0].series.count, 3);
     assert_eq!(sim.engine.active_series(), 2);
-    assert_eq!(sim.engine.stats().series_evicted, 1);
+    assert_eq!(sim.engine.stats().evicted_by_policy, 1);
 }
 
 #[test]
@@ -436,8 +452,16 @@ fn deleted_raw_objects_are_forgotten() {
     engine.observe(now, &obs);
     assert_eq!(
         engine.stats().occurrences,
+        2,
+        "a forgotten object seen again is measured against its key's record"
+    );
+    let mut recreated = ev.clone();
+    recreated.metadata.uid = Some("another-uid".into());
+    engine.observe(now, &key::normalise(&recreated).unwrap());
+    assert_eq!(
+        engine.stats().occurrences,
         4,
-        "a re-created object counts anew"
+        "a re-created object (a new uid) counts anew"
     );
 }
 

@@ -130,7 +130,12 @@ fn a_rebuilt_series_writes_the_same_object() {
         let mut engine = Engine::with_settings(fast_settings());
         engine.observe(t0(), &key::normalise(&ev).unwrap());
         let created = to_event(&engine.take_intents()[0].series);
-        let persisted = event_series::object::decode(&created).unwrap();
+        let check = event_series::object::Check {
+            now: t0(),
+            tolerance: chrono::TimeDelta::minutes(10),
+        };
+        let persisted =
+            event_series::object::decode(&created, check).unwrap_or_else(|e| panic!("{what}: {e}"));
         let mut rebuilt = Engine::with_settings(fast_settings());
         rebuilt.begin_recovery();
         rebuilt.restore(t0(), persisted);

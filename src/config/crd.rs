@@ -37,6 +37,9 @@ const AT_LEAST_1S: &str = "duration(self) >= duration('1s')";
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(
+    "!has(self.maxActiveSeriesPerNamespace) || self.maxActiveSeriesPerNamespace <= self.maxActiveSeries"
+).message("maxActiveSeriesPerNamespace must not exceed maxActiveSeries"))]
 pub struct EventSeriesPolicySpec {
     /// How often an Ongoing series is rewritten (its count, and a refreshed TTL).
     #[serde(default = "default_heartbeat")]
@@ -66,6 +69,12 @@ pub struct EventSeriesPolicySpec {
     #[serde(default = "default_max_active_series")]
     #[schemars(range(min = 1, max = 10_000_000))]
     pub max_active_series: i64,
+    /// Most series one namespace may keep active at once under this policy; beyond it that
+    /// namespace's least recently active is finished early. Unset: only maxActiveSeries applies
+    /// (which, when reached, gives up series of the namespace holding the most).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10_000_000))]
+    pub max_active_series_per_namespace: Option<i64>,
 }
 
 fn default_heartbeat() -> String {
@@ -91,6 +100,7 @@ impl Default for EventSeriesPolicySpec {
             match_: EventMatch::default(),
             isomorphism: Isomorphism::default(),
             max_active_series: default_max_active_series(),
+            max_active_series_per_namespace: None,
         }
     }
 }

@@ -58,8 +58,11 @@ fn crd_missing(e: &watcher::Error) -> bool {
 pub enum Update {
     /// The policies changed: the engine applies this set.
     Policies(PolicySet),
-    /// These namespaces' labels changed (or they appeared).
-    Namespaces(Vec<(String, Labels)>),
+    /// These namespaces' labels changed (or they appeared), and these went away.
+    Namespaces {
+        changed: Vec<(String, Labels)>,
+        removed: Vec<String>,
+    },
     /// Nothing the engine needs to know.
     Nothing,
 }
@@ -143,11 +146,14 @@ impl PolicyWatch {
             }
             ev = self.namespaces.next() => {
                 let changed = self.on_namespace(ev)?;
-                if changed.namespaces.is_empty() && !changed.removed {
+                if changed.namespaces.is_empty() && changed.removed.is_empty() {
                     return Ok(Update::Nothing);
                 }
                 self.publish_statuses();
-                Ok(Update::Namespaces(changed.namespaces))
+                Ok(Update::Namespaces {
+                    changed: changed.namespaces,
+                    removed: changed.removed,
+                })
             }
         }
     }
@@ -232,8 +238,8 @@ pub struct Changed {
     pub policies: bool,
     /// Namespaces whose labels changed (or appeared).
     pub namespaces: Vec<(String, Labels)>,
-    /// A namespace went away, so the number of namespaces a policy governs may have dropped.
-    pub removed: bool,
+    /// Namespaces that went away (the number of namespaces a policy governs may have dropped).
+    pub removed: Vec<String>,
 }
 
 impl PolicyState {
@@ -295,7 +301,7 @@ impl PolicyState {
         Changed {
             policies,
             namespaces: Vec::new(),
-            removed: false,
+            removed: Vec::new(),
         }
     }
 
@@ -306,7 +312,7 @@ impl PolicyState {
 
     pub fn on_namespace(&mut self, event: Event<PartialObjectMeta<Namespace>>) -> Changed {
         let mut changed = Vec::new();
-        let mut removed = false;
+        let mut removed = Vec::new();
         match event {
             Event::Init => self.namespace_relist = Some(BTreeMap::new()),
             Event::InitApply(ns) => {
@@ -322,7 +328,10 @@ impl PolicyState {
                             changed.push((name.clone(), labels.clone()));
                         }
                     }
-                    removed = self.namespaces.keys().any(|n| !relist.contains_key(n));
+                    removed = (self.namespaces.keys())
+                        .filter(|n| !relist.contains_key(*n))
+                        .cloned()
+                        .collect();
                     self.namespaces = relist;
                 }
             }
@@ -334,7 +343,10 @@ impl PolicyState {
                 }
             }
             Event::Delete(ns) => {
-                removed = self.namespaces.remove(&ns.name_any()).is_some();
+                let name = ns.name_any();
+                if self.namespaces.remove(&name).is_some() {
+                    removed.push(name);
+                }
             }
         }
         Changed {
@@ -457,7 +469,7 @@ mod tests {
             c.namespaces[0].1.get("env").map(String::as_str),
             Some("dev")
         );
-        assert!(!c.removed);
+        assert!(c.removed.is_empty());
     }
 
     #[test]
@@ -475,15 +487,19 @@ mod tests {
                 .and_then(|(_, st)| st.namespaces)
         };
         assert_eq!(governed(&mut s, 1_000), Some(2));
-        assert!(s.on_namespace(Event::Delete(ns("b", &[]))).removed);
+        assert_eq!(s.on_namespace(Event::Delete(ns("b", &[]))).removed, ["b"]);
         assert_eq!(governed(&mut s, 2_000), Some(1));
         // Gone while the watch was down: noticed when the relist completes.
         s.on_namespace(Event::Init);
         let c = s.on_namespace(Event::InitDone);
-        assert!(c.removed, "a was not relisted");
+        assert_eq!(c.removed, ["a"], "a was not relisted");
         assert_eq!(governed(&mut s, 3_000), Some(0));
         // Deleting what is not known changes nothing.
-        assert!(!s.on_namespace(Event::Delete(ns("zzz", &[]))).removed);
+        assert!(
+            s.on_namespace(Event::Delete(ns("zzz", &[])))
+                .removed
+                .is_empty()
+        );
     }
 
     #[test]

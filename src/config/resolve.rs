@@ -39,6 +39,16 @@ pub fn to_policy(name: &str, spec: &EventSeriesPolicySpec) -> Result<Policy, Set
             field: "spec.maxActiveSeries",
             message: format!("{} is not at least 1", spec.max_active_series),
         })?;
+    let max_active_series_per_namespace = match spec.max_active_series_per_namespace {
+        None => usize::MAX,
+        Some(n) => usize::try_from(n)
+            .ok()
+            .filter(|n| (1..=max_active_series).contains(n))
+            .ok_or_else(|| SettingsError::Invalid {
+                field: "spec.maxActiveSeriesPerNamespace",
+                message: format!("{n} is not between 1 and maxActiveSeries ({max_active_series})"),
+            })?,
+    };
     for r in spec
         .namespace_selector
         .iter()
@@ -78,6 +88,7 @@ pub fn to_policy(name: &str, spec: &EventSeriesPolicySpec) -> Result<Policy, Set
                 reporting_controllers: m.reporting_controllers.clone(),
             },
             max_active_series,
+            max_active_series_per_namespace,
         }),
     })
 }

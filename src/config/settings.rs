@@ -20,6 +20,8 @@ pub struct Settings {
     /// Most series the policy keeps active at once; beyond it the least recently active one is finished
     /// early (written with its count, never lost).
     pub max_active_series: usize,
+    /// Most series one namespace keeps active at once (`usize::MAX`: no bound of its own).
+    pub max_active_series_per_namespace: usize,
 }
 
 impl Default for Settings {
@@ -31,6 +33,7 @@ impl Default for Settings {
             include_note: false,
             filter: MatchFilter::default(),
             max_active_series: 100_000,
+            max_active_series_per_namespace: usize::MAX,
         }
     }
 }

@@ -30,7 +30,7 @@ impl Engine {
                 if t <= c.last.saturating_add(window) && t >= c.first.saturating_sub(window) =>
             {
                 c.first = c.first.min(p.first);
-                c.add(obs.raw, obs.count, p.count, t);
+                c.add(obs.raw, obs.count, p.count, t, at.seen);
                 c.count
             }
             Some(c) => {
@@ -39,7 +39,7 @@ impl Engine {
                 c.count = 0;
                 c.first = p.first;
                 c.last = t;
-                c.add(obs.raw, obs.count, p.count, t);
+                c.add(obs.raw, obs.count, p.count, t, at.seen);
                 c.count
             }
             None => {
@@ -57,9 +57,10 @@ impl Engine {
                     count: 0,
                     first: p.first,
                     last: t,
+                    seen: at.seen,
                     sources,
                 };
-                tally.add(obs.raw, obs.count, p.count, t);
+                tally.add(obs.raw, obs.count, p.count, t, at.seen);
                 let count = tally.count;
                 slot.candidates.insert(id, tally);
                 count
@@ -71,6 +72,10 @@ impl Engine {
     /// that a series the key forms later lists it among its sources.
     pub(super) fn remember(&mut self, at: &Landing, obs: &Observation) {
         let (id, ns, t) = (at.id, at.ns, at.t);
+        if let Some(s) = self.slots[at.slot].series.peek_mut(ns, &id) {
+            record(&mut s.tally.sources, obs.raw, obs.count, t);
+            return;
+        }
         let max = self.policies.settings(at.slot).max_candidates();
         let slot = &mut self.slots[at.slot];
         if let Some(c) = slot.candidates.peek_mut(&id) {
@@ -82,12 +87,12 @@ impl Engine {
         }
         let Some(d) = slot.dormant.get_or_insert(id, || Dormant {
             ns,
-            last: t,
+            last: at.seen,
             sources: Sources::new(),
         }) else {
             return;
         };
-        d.last = d.last.max(t);
+        d.last = d.last.max(at.seen);
         record(&mut d.sources, obs.raw, obs.count, t);
     }
 
@@ -98,7 +103,7 @@ impl Engine {
             let settings = self.policies.settings(idx);
             let (window, max) = (settings.series_window, settings.max_candidates());
             while let Some((_, c)) = slot.candidates.peek_oldest() {
-                if beyond(c.last(), window) > now {
+                if beyond(c.seen(), window) > now {
                     break;
                 }
                 if let Some((id, c)) = slot.candidates.pop_oldest() {
@@ -134,17 +139,12 @@ fn evict_oldest_candidate(slot: &mut Slot, keys: &mut KeyStore, stats: &mut Stat
 
 fn make_dormant(slot: &mut Slot, keys: &mut KeyStore, id: KeyId, c: Tally, max: usize) {
     keys.remove(c.key);
-    if slot.dormant.len() >= max {
-        slot.dormant.pop_oldest();
-    }
-    slot.dormant.insert(
-        id,
-        Dormant {
-            ns: c.ns,
-            last: c.last,
-            sources: c.sources,
-        },
-    );
+    let d = Dormant {
+        ns: c.ns,
+        last: c.seen,
+        sources: c.sources,
+    };
+    slot.make_dormant(id, d, max);
 }
 
 /// The first instant at which a gap after `last` is longer than `window` (a gap of exactly `window`

@@ -1,8 +1,10 @@
 //! The life of a series: created at its key's second occurrence, extended by later ones, written
 //! again at every heartbeat, and finished when it goes quiet, when a gap ends it, or when it is
-//! evicted by `maxActiveSeries`. [`Engine::tick`] drives the timed part.
+//! evicted by `maxActiveSeries` or `maxActiveSeriesPerNamespace`. [`Engine::tick`] drives the timed
+//! part. A finished series' key stays dormant with its sources, so what it counted is not counted
+//! again.
 
-use super::storage::{Micros, Series, micros};
+use super::storage::{Dormant, Micros, Series, micros};
 use super::{Engine, Landing};
 use crate::config::{Settings, SlotIdx};
 use crate::intent::{FinishCause, Intent, SeriesState, Snapshot, WriteKind};
@@ -24,15 +26,15 @@ impl Engine {
         let (id, t) = (at.id, at.t);
         let recovering = self.recovering();
         let slot = &mut self.slots[at.slot];
-        let Some(series) = slot.series.get(&id) else {
+        let Some(series) = slot.series.get(at.ns, &id) else {
             return false;
         };
         if t <= series.tally.last.saturating_add(at.window) || (recovering && series.restored) {
-            series.tally.add(obs.raw, obs.count, delta, t);
+            series.tally.add(obs.raw, obs.count, delta, t, at.seen);
             return true;
         }
-        if let Some(ended) = slot.series.remove(&id) {
-            self.finish(now, id, ended, FinishCause::Gap);
+        if let Some(ended) = slot.series.remove(at.ns, &id) {
+            self.finish(now, at.slot, id, ended, FinishCause::Gap);
         }
         false
     }
@@ -61,7 +63,9 @@ impl Engine {
         self.insert_series(now, slot_idx, id, series);
     }
 
-    /// Adds a series to its slot, finishing the least recently active ones beyond `maxActiveSeries`.
+    /// Adds a series to its slot. Beyond `maxActiveSeriesPerNamespace`, its namespace's least
+    /// recently active series is finished early; beyond `maxActiveSeries`, that of the namespace
+    /// holding the most series, so that a flood in one namespace never gives up a quiet one's.
     pub(super) fn insert_series(
         &mut self,
         now: DateTime<Utc>,
@@ -72,25 +76,53 @@ impl Engine {
         let settings = self.policies.settings(slot_idx);
         let due = s
             .next_heartbeat()
-            .min(s.tally.last() + settings.finish_after);
+            .min(s.tally.seen() + settings.finish_after);
         let max = settings.max_active_series.max(1);
-        s.timer_due = self.timers.arm(due, id);
+        let per_ns = settings.max_active_series_per_namespace.max(1);
+        let ns = s.tally.ns;
+        s.timer_due = self.timers.arm(due, id, ns);
         self.slots[slot_idx].series.insert(id, s);
-        while self.slots[slot_idx].series.len() > max {
-            let Some((id, evicted)) = self.slots[slot_idx].series.pop_oldest() else {
+        while self.slots[slot_idx].series.ns_len(ns) > per_ns {
+            let Some((id, evicted)) = self.slots[slot_idx].series.pop_oldest_of(ns) else {
                 break;
             };
-            self.stats.series_evicted += 1;
-            self.finish(now, id, evicted, FinishCause::Evicted);
+            self.stats.evicted_by_namespace += 1;
+            self.finish(now, slot_idx, id, evicted, FinishCause::Evicted);
+        }
+        while self.slots[slot_idx].series.len() > max {
+            let series = &mut self.slots[slot_idx].series;
+            let Some((id, evicted)) = series.largest().and_then(|big| series.pop_oldest_of(big))
+            else {
+                break;
+            };
+            self.stats.evicted_by_policy += 1;
+            self.finish(now, slot_idx, id, evicted, FinishCause::Evicted);
         }
     }
 
-    pub(super) fn finish(&mut self, now: DateTime<Utc>, id: KeyId, s: Series, cause: FinishCause) {
+    /// Writes a series Finished; its key stays dormant with the raw objects it counted.
+    pub(super) fn finish(
+        &mut self,
+        now: DateTime<Utc>,
+        slot_idx: SlotIdx,
+        id: KeyId,
+        s: Series,
+        cause: FinishCause,
+    ) {
         self.stats.series_finished += 1;
         let snap = self.snapshot(id, &s, SeriesState::Finished, now);
         self.keys.remove(s.tally.key);
-        self.stored_names.remove(&(id, s.tally.first));
         self.push_intent(WriteKind::Finish(cause), snap);
+        let max = self.policies.settings(slot_idx).max_candidates();
+        let t = s.tally;
+        let dormant = Dormant {
+            ns: t.ns,
+            last: t.seen,
+            sources: t.sources,
+        };
+        if let Some(slot) = self.slots.get_mut(slot_idx) {
+            slot.make_dormant(id, dormant, max);
+        }
     }
 
     /// Everything a writer needs to write the series as it is now.
@@ -104,7 +136,6 @@ impl Engine {
         let t = &s.tally;
         Snapshot {
             id,
-            stored_name: self.stored_names.get(&(id, t.first)).cloned(),
             namespace: self.namespaces.name(t.ns),
             key: self.key_copy(t.key),
             count: t.count,
@@ -144,30 +175,26 @@ impl Engine {
         self.clock = Some(micros(input));
         self.expire_candidates(input);
         while let Some(timer) = self.timers.pop_due(now) {
-            self.fire(now, input, timer.id, timer.due);
+            self.fire(now, input, timer.id, timer.ns, timer.due);
         }
     }
 
     /// A series' timer came due: finish it if it has been quiet for `finishAfter` as far as the
     /// input is known (`input`), else heartbeat if one is due, and re-arm.
-    fn fire(&mut self, now: DateTime<Utc>, input: DateTime<Utc>, id: KeyId, due: Micros) {
-        // The series' slot, if the timer is still its live one.
-        let Some(slot_idx) = self
-            .slots
-            .iter()
-            .position(|s| s.series.peek(&id).is_some_and(|s| s.timer_due == due))
-        else {
-            return;
-        };
+    fn fire(&mut self, now: DateTime<Utc>, input: DateTime<Utc>, id: KeyId, ns: u32, due: Micros) {
+        let slot_idx = self.namespaces.slot_of(ns);
         let settings = self.policies.settings(slot_idx).clone();
-        let slot = &mut self.slots[slot_idx];
-        let Some(s) = slot.series.peek_mut(&id) else {
+        let Some(slot) = self.slots.get_mut(slot_idx) else {
             return;
         };
-        let finish_due = s.tally.last() + settings.finish_after;
+        // Only the series' live timer counts.
+        let Some(s) = slot.series.peek_mut(ns, &id).filter(|s| s.timer_due == due) else {
+            return;
+        };
+        let finish_due = s.tally.seen() + settings.finish_after;
         if finish_due <= input {
-            if let Some(ended) = slot.series.remove(&id) {
-                self.finish(now, id, ended, FinishCause::Quiet);
+            if let Some(ended) = slot.series.remove(ns, &id) {
+                self.finish(now, slot_idx, id, ended, FinishCause::Quiet);
             }
             return;
         }
@@ -182,8 +209,8 @@ impl Engine {
             finish_due
         };
         let next = s.next_heartbeat().min(finish_check);
-        s.timer_due = self.timers.arm(next, id);
-        if heartbeat && let Some(s) = self.slots[slot_idx].series.peek(&id) {
+        s.timer_due = self.timers.arm(next, id, ns);
+        if heartbeat && let Some(s) = self.slots[slot_idx].series.peek(ns, &id) {
             let snap = self.snapshot(id, s, SeriesState::Ongoing, now);
             self.push_intent(WriteKind::Heartbeat, snap);
         }

@@ -35,12 +35,24 @@
 //!
 //! # Bounds
 //!
-//! Per governing policy: at most `maxActiveSeries` series (a new series beyond it finishes the least
-//! recently active one early: it is written Finished with its count, nothing is lost), and
-//! `Settings::max_candidates` candidates and as many dormant keys (the least recently seen is
-//! dropped; a dropped candidate's occurrences count in `Stats::lone`). The raw-count table holds at most
-//! [`EngineConfig::raw_capacity`] objects (least recently updated evicted; an evicted object seen again
-//! counts as new). Every eviction is counted in [`Stats`].
+//! Per governing policy: at most `maxActiveSeries` series, and at most `maxActiveSeriesPerNamespace`
+//! in one namespace. A new series beyond a bound finishes another early (written Finished with its
+//! count, nothing is lost): the least recently active one of its own namespace for the namespace
+//! bound, of the namespace holding the most series for the policy bound, so a flood in one
+//! namespace never gives up a quiet namespace's series. `Settings::max_candidates` candidates and as
+//! many dormant keys (the least recently seen is dropped; a dropped candidate's occurrences count in
+//! `Stats::lone`). The raw-count table holds at most [`EngineConfig::raw_capacity`] objects (least
+//! recently updated evicted); an evicted object seen again is measured against the count its key's
+//! series, candidate or dormant record noted for it, so it is not counted again. Every eviction is
+//! counted in [`Stats`].
+//!
+//! # Clocks
+//!
+//! An occurrence is timed by its own timestamp when that lies within
+//! [`EngineConfig::clock_tolerance`] of the operator's clock, and by its arrival otherwise. Gaps
+//! between occurrences of one key compare the emitter's timestamps (one key, one emitter, one
+//! clock); finishing, candidate expiry and staleness compare when occurrences were *seen* on the
+//! operator's clock, so an emitter minutes behind or ahead still gets its series.
 
 mod candidates;
 mod counting;
@@ -56,8 +68,7 @@ use crate::key::{KeyId, Observation, RawId};
 use chrono::{DateTime, TimeDelta, Utc};
 use counting::RawCounts;
 use restore::Recovery;
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::collections::BTreeMap;
 use storage::{Micros, Namespaces, Slot, micros};
 use timers::Timers;
 
@@ -68,7 +79,10 @@ struct Landing {
     id: KeyId,
     slot: SlotIdx,
     ns: u32,
+    /// When it happened, by the emitter's timestamp (see the module docs, Clocks).
     t: Micros,
+    /// When it was seen on the operator's clock.
+    seen: Micros,
     window: Micros,
 }
 
@@ -82,6 +96,10 @@ pub struct EngineConfig {
     /// How long a key whose occurrences were all alone is remembered (without any count), so that a
     /// series it later forms records which raw objects were already counted. About the event TTL.
     pub dormant_retention: TimeDelta,
+    /// How far an event's own timestamp may lie from the operator's clock and still time its
+    /// occurrence (see the module docs, Clocks); also how far in the future a stored series object's
+    /// times may lie before they are clamped to now.
+    pub clock_tolerance: TimeDelta,
 }
 
 impl Default for EngineConfig {
@@ -89,6 +107,7 @@ impl Default for EngineConfig {
         EngineConfig {
             raw_capacity: 262_144,
             dormant_retention: TimeDelta::hours(1),
+            clock_tolerance: TimeDelta::minutes(10),
         }
     }
 }
@@ -101,7 +120,10 @@ pub struct Stats {
     pub series_started: u64,
     pub series_finished: u64,
     /// Series finished early because `maxActiveSeries` was reached (also in `series_finished`).
-    pub series_evicted: u64,
+    pub evicted_by_policy: u64,
+    /// Series finished early because `maxActiveSeriesPerNamespace` was reached (also in
+    /// `series_finished`).
+    pub evicted_by_namespace: u64,
     /// Occurrences in candidates that never became a series (expired or evicted).
     pub lone: u64,
     pub candidates_evicted: u64,
@@ -120,9 +142,6 @@ pub struct Engine {
     raw: RawCounts,
     keys: KeyStore,
     timers: Timers,
-    /// Object names of restored series that differ from the derived one (written by another
-    /// version), by key and start: one key may have several series objects.
-    stored_names: HashMap<(KeyId, Micros), Arc<str>>,
     watermark: u64,
     pending_watermark: u64,
     /// The lifecycle clock: the time of the last tick. An occurrence is stale when it is older than
@@ -146,7 +165,6 @@ impl Engine {
             raw: RawCounts::new(config.raw_capacity),
             keys: KeyStore::new(),
             timers: Timers::default(),
-            stored_names: HashMap::new(),
             watermark: 0,
             pending_watermark: 0,
             clock: None,
@@ -163,6 +181,10 @@ impl Engine {
 
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+
+    pub fn clock_tolerance(&self) -> TimeDelta {
+        self.config.clock_tolerance
     }
 
     pub fn active_series(&self) -> usize {
@@ -205,12 +227,21 @@ impl Engine {
         let (ns, slot_idx) = self.namespace(obs.namespace);
         let settings = self.policies.settings(slot_idx).clone();
         let id = obs.key.id(settings.include_note.then_some(obs.note));
-        let recovery = self.recovery.as_ref();
-        let d = self.raw.delta(
-            obs,
-            || recovery.map_or((0, None), |r| r.baseline(id, obs)),
-            &mut self.stats,
-        );
+        let (recovery, slot) = (self.recovery.as_ref(), &self.slots[slot_idx]);
+        // A raw object this process does not remember (new, forgotten by the bounded table, or
+        // first read after a restart) is measured against what was already counted from it.
+        let baseline = || {
+            let restored = recovery.map_or((0, None), |r| r.baseline(id, obs));
+            let noted = slot
+                .recorded(ns, &id, obs.raw)
+                .map_or((0, None), |(c, last)| (c.min(obs.count), Some(last)));
+            if noted.0 > restored.0 {
+                noted
+            } else {
+                restored
+            }
+        };
+        let d = self.raw.delta(obs, baseline, &mut self.stats);
         if d.added == 0 {
             return;
         }
@@ -224,11 +255,13 @@ impl Engine {
             return;
         }
         // Compared as microseconds: this is the path of every occurrence.
+        let (t, seen, shift) = self.timing(now, obs.last);
         let at = Landing {
             id,
             slot: slot_idx,
             ns,
-            t: micros(obs.last.min(now)),
+            t,
+            seen,
             window: settings
                 .series_window
                 .num_microseconds()
@@ -238,16 +271,52 @@ impl Engine {
             return;
         }
         let reference = self.clock.map_or(micros(now), |c| c.min(micros(now)));
-        if at.t < reference.saturating_sub(at.window) {
+        if at.seen < reference.saturating_sub(at.window) {
             self.stats.dropped_stale += d.added;
             self.remember(&at, obs);
             return;
         }
-        let placed = counting::place(&d, micros(obs.first), at.t, at.window);
+        let first = micros(obs.first).saturating_add(shift);
+        let placed = counting::place(&d, first, at.t, at.window);
         self.stats.lone += placed.lone;
         if self.add_to_candidate(&at, obs, &placed) >= 2 {
             self.promote(now, slot_idx, id, &settings);
         }
+    }
+
+    /// When an occurrence whose latest timestamp is `last`, arriving at `now`, happened (`t`, on
+    /// the emitter's clock) and was seen (on the operator's), and how far `t` was moved from `last`
+    /// (to move the first occurrence by as much).
+    ///
+    /// A watched occurrence is timed by its timestamp within the clock tolerance of `now`, by its
+    /// arrival beyond. It is seen at that time, but no earlier than the lifecycle clock (the input
+    /// was complete up to there, so a newer occurrence timed earlier comes from a clock that is
+    /// behind) and no later than `now`. A replayed one (after a restart) happened when its
+    /// timestamp says, unless that is beyond the tolerance in the future.
+    fn timing(&self, now: DateTime<Utc>, last: DateTime<Utc>) -> (Micros, Micros, Micros) {
+        let (now, last) = (micros(now), micros(last));
+        let tolerance = self
+            .config
+            .clock_tolerance
+            .num_microseconds()
+            .unwrap_or(i64::MAX)
+            .unsigned_abs();
+        let (t, seen) = if self.recovering() {
+            let t = if last > now && last.abs_diff(now) > tolerance {
+                now
+            } else {
+                last
+            };
+            (t, t.min(now))
+        } else {
+            let t = if last.abs_diff(now) <= tolerance {
+                last
+            } else {
+                now
+            };
+            (t, t.max(self.clock.unwrap_or(t)).min(now))
+        };
+        (t, seen, t.saturating_sub(last))
     }
 
     /// Records that every raw event up to resourceVersion `rv` has been observed (a watch event or a
@@ -332,7 +401,7 @@ impl Engine {
                 let idx = self.namespaces.slot_of(c.ns);
                 self.slots[idx].candidates.insert(id, c);
             }
-            while let Some((id, mut s)) = slot.series.pop_oldest() {
+            for (id, mut s) in slot.series.drain() {
                 let idx = self.namespaces.slot_of(s.tally.ns);
                 let interval = self.policies.settings(idx).heartbeat_interval;
                 s.next_heartbeat = s.next_heartbeat.min(micros(now + interval));
@@ -361,6 +430,7 @@ pub(crate) mod tests {
             resource_version: None,
             namespace: "team-a",
             key: KeyRef {
+                namespace: "team-a",
                 regarding: ObjectRef {
                     api_version: "v1",
                     kind: "Pod",
@@ -378,6 +448,7 @@ pub(crate) mod tests {
             count,
             first: at,
             last: at,
+            truncated: false,
         }
     }
 

@@ -6,7 +6,10 @@
 //! earlier occurrences were lone. After a restart, a raw object listed with a resourceVersion at or
 //! below the highest watermark among its key's series objects (Ongoing and Finished) is reflected in
 //! full in their counts; one above it is reflected up to the highest count any of them recorded for it
-//! (zero if none did), and only the rest is added. That makes a rebuilt engine reach the counts of one
+//! (zero if none did), and only the rest is added. The same evidence is also kept by raw object,
+//! whatever key it was counted under: a raw object listed in an object's sources at a
+//! resourceVersion at or below that object's watermark was counted in full, else up to the count
+//! recorded. So a key that changed (`includeNote` toggled between the runs) counts nothing twice. That makes a rebuilt engine reach the counts of one
 //! that never stopped, provided every intent it made was written. Inexact cases: a raw object that fed
 //! a series after more than [`MAX_SOURCES`] others did and was updated after the series' last write; a
 //! key dormant longer than `dormant_retention`; a Finish that was never written (the next burst then
@@ -33,24 +36,46 @@ struct Evidence {
     sources: HashMap<RawId, (u64, Option<DateTime<Utc>>)>,
 }
 
-/// The evidence of every key, kept from [`Engine::begin_recovery`] to [`Engine::end_recovery`].
+/// What the stored series objects say about one raw object, whatever key it was counted under.
+#[derive(Clone, Copy, Default)]
+struct RawEvidence {
+    /// The highest count recorded for it, and its latest occurrence.
+    count: u64,
+    last: Option<DateTime<Utc>>,
+    /// The highest watermark of an object that lists it.
+    watermark: u64,
+}
+
+/// The evidence of every key and raw object, kept from [`Engine::begin_recovery`] to
+/// [`Engine::end_recovery`].
 #[derive(Default)]
 pub(super) struct Recovery {
     evidence: HashMap<KeyId, Evidence>,
+    raws: HashMap<RawId, RawEvidence>,
 }
 
 impl Recovery {
-    /// What the stored objects say was already counted from a raw object not seen in this process.
+    /// What the stored objects say was already counted from a raw object not seen in this process:
+    /// the more of what its key's objects and what the objects listing it say.
     pub fn baseline(&self, id: KeyId, obs: &Observation) -> (u64, Option<Micros>) {
-        let Some(e) = self.evidence.get(&id) else {
-            return (0, None);
+        let full = (obs.count, Some(micros(obs.last)));
+        let by_key = match self.evidence.get(&id) {
+            None => (0, None),
+            Some(e) => match obs.resource_version {
+                Some(rv) if rv <= e.watermark => full,
+                _ => e.sources.get(&obs.raw).map_or((0, None), |(c, last)| {
+                    ((*c).min(obs.count), last.map(micros))
+                }),
+            },
         };
-        match obs.resource_version {
-            Some(rv) if rv <= e.watermark => (obs.count, Some(micros(obs.last))),
-            _ => e.sources.get(&obs.raw).map_or((0, None), |(c, last)| {
-                ((*c).min(obs.count), last.map(micros))
-            }),
-        }
+        let by_raw = match self.raws.get(&obs.raw) {
+            None => (0, None),
+            Some(r) => match obs.resource_version {
+                Some(rv) if rv <= r.watermark => full,
+                _ => (r.count.min(obs.count), r.last.map(micros)),
+            },
+        };
+        if by_raw.0 > by_key.0 { by_raw } else { by_key }
     }
 }
 
@@ -70,6 +95,11 @@ impl Engine {
                 if src.count >= known.0 {
                     *known = (src.count, src.last);
                 }
+                let raw = recovery.raws.entry(src.raw).or_default();
+                raw.watermark = raw.watermark.max(p.watermark);
+                if src.count >= raw.count {
+                    (raw.count, raw.last) = (src.count, src.last);
+                }
             }
         }
         if p.state != SeriesState::Ongoing {
@@ -79,9 +109,6 @@ impl Engine {
         let interval = self.policies.settings(slot_idx).heartbeat_interval;
         let id = p.id;
         let first = micros(p.first);
-        if let Some(name) = p.stored_name {
-            self.stored_names.insert((id, first), name);
-        }
         // Next heartbeat one interval after the last write, but never all restored series at once.
         let spread = now + jitter(id, interval / 8);
         let mut sources: Sources = p.sources.iter().take(MAX_SOURCES).map(Src::of).collect();
@@ -94,21 +121,22 @@ impl Engine {
                 count: p.count,
                 first,
                 last: micros(p.last.max(p.first)),
+                seen: micros(p.last.max(p.first)),
                 sources,
             },
             next_heartbeat: micros(next_heartbeat),
             timer_due: 0,
             restored: true,
         };
-        match self.slots[slot_idx].series.peek(&id) {
+        match self.slots[slot_idx].series.peek(ns, &id) {
             // Two Ongoing objects for one key (a lost Finish write): keep the newer, finish the older
             // so that it is not left Ongoing forever.
             Some(existing) if existing.tally.first >= series.tally.first => {
-                self.finish(now, id, series, FinishCause::Gap);
+                self.finish(now, slot_idx, id, series, FinishCause::Gap);
             }
             _ => {
-                if let Some(older) = self.slots[slot_idx].series.remove(&id) {
-                    self.finish(now, id, older, FinishCause::Gap);
+                if let Some(older) = self.slots[slot_idx].series.remove(ns, &id) {
+                    self.finish(now, slot_idx, id, older, FinishCause::Gap);
                 }
                 self.insert_series(now, slot_idx, id, series);
             }
@@ -137,8 +165,9 @@ mod tests {
     use crate::key::{KeyBuf, KeyRef, ObjectRef};
     use chrono::TimeDelta;
 
-    fn stored(name: &str, first: DateTime<Utc>) -> StoredSeries {
+    fn stored(first: DateTime<Utc>) -> StoredSeries {
         let key = KeyRef {
+            namespace: "team-a",
             regarding: ObjectRef {
                 kind: "Pod",
                 namespace: "team-a",
@@ -150,7 +179,6 @@ mod tests {
         };
         StoredSeries {
             id: key.id(None),
-            stored_name: Some(name.into()),
             namespace: "team-a".into(),
             key: KeyBuf::new(&key, "note"),
             count: 5,
@@ -163,14 +191,8 @@ mod tests {
         }
     }
 
-    fn names(intents: &[Intent]) -> Vec<(WriteKind, Option<String>)> {
-        intents
-            .iter()
-            .map(|i| {
-                let name = i.series.stored_name.as_deref().map(str::to_owned);
-                (i.kind, name)
-            })
-            .collect()
+    fn starts(intents: &[Intent]) -> Vec<(WriteKind, DateTime<Utc>)> {
+        intents.iter().map(|i| (i.kind, i.series.first)).collect()
     }
 
     #[test]
@@ -183,24 +205,26 @@ mod tests {
         let mut engine = Engine::with_settings(settings);
         let now = t0() + TimeDelta::minutes(20);
         engine.begin_recovery();
-        engine.restore(now, stored("older-object", t0()));
-        engine.restore(now, stored("newer-object", t0() + TimeDelta::minutes(10)));
+        let newer = t0() + TimeDelta::minutes(10);
+        engine.restore(now, stored(t0()));
+        engine.restore(now, stored(newer));
         let restored = engine.take_intents();
         assert_eq!(
-            names(&restored),
-            [(
-                WriteKind::Finish(FinishCause::Gap),
-                Some("older-object".into())
-            )],
+            starts(&restored),
+            [(WriteKind::Finish(FinishCause::Gap), t0())],
             "the older object is the one finished"
         );
-        assert_eq!(restored[0].series.first, t0());
         engine.end_recovery(now, now);
         engine.tick(now + TimeDelta::minutes(15));
+        let later = engine.take_intents();
         assert_eq!(
-            names(&engine.take_intents()),
-            [(WriteKind::Heartbeat, Some("newer-object".into()))],
+            starts(&later),
+            [(WriteKind::Heartbeat, newer)],
             "the survivor keeps writing to its own object"
+        );
+        assert_ne!(
+            crate::object::name_of(&restored[0].series),
+            crate::object::name_of(&later[0].series)
         );
     }
 }

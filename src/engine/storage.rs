@@ -9,7 +9,7 @@ use crate::key::store::Stored;
 use crate::key::{KeyId, RawId};
 use chrono::{DateTime, Utc};
 use schnellru::{LruMap, UnlimitedCompact};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 /// Unix microseconds: how the engine stores a time, smaller than a `DateTime<Utc>` and compared
@@ -108,8 +108,14 @@ pub(super) struct Tally {
     /// Index into [`Namespaces`].
     pub ns: u32,
     pub count: u64,
+    /// The first and latest occurrence by the emitter's timestamps (what the object shows, and how
+    /// gaps between occurrences of the key are measured: one key has one emitter, one clock).
     pub first: Micros,
     pub last: Micros,
+    /// When the latest occurrence was seen on the operator's clock: its arrival for a watched one
+    /// (so an emitter whose clock is minutes off is not finished or expired early), its timestamp
+    /// for one replayed after a restart. Finishing and expiry are timed by it.
+    pub seen: Micros,
     /// Most recently updated last; at most [`MAX_SOURCES`].
     pub sources: Sources,
 }
@@ -123,10 +129,20 @@ impl Tally {
         time(self.last)
     }
 
-    pub fn add(&mut self, raw: RawId, raw_count: u64, delta: u64, t: Micros) {
+    pub fn seen(&self) -> DateTime<Utc> {
+        time(self.seen)
+    }
+
+    pub fn add(&mut self, raw: RawId, raw_count: u64, delta: u64, t: Micros, seen: Micros) {
         self.count += delta;
         self.last = self.last.max(t);
+        self.seen = self.seen.max(seen);
         record(&mut self.sources, raw, raw_count, t);
+    }
+
+    /// The count this tally recorded for a raw object, and its latest occurrence.
+    pub fn recorded(&self, raw: RawId) -> Option<(u64, Micros)> {
+        recorded(&self.sources, raw)
     }
 }
 
@@ -149,20 +165,134 @@ impl Series {
     }
 }
 
-/// A key whose occurrences were all alone, remembered without counts for `dormant_retention`: the raw
-/// objects already counted, so that a series the key forms later lists them among its sources and a
-/// restart does not count them again.
+/// A key with no candidate and no series (its occurrences were all alone, or its series finished),
+/// remembered without counts for `dormant_retention`: the raw objects already counted, so that a
+/// series the key forms later lists them among its sources, and a raw object forgotten by the
+/// raw-count table and seen again, or read again after a restart, is not counted again.
 #[derive(Clone, Debug)]
 pub(super) struct Dormant {
     pub ns: u32,
+    /// When it was last seen, on the operator's clock ([`Tally::seen`]).
     pub last: Micros,
     pub sources: Sources,
+}
+
+/// The count `sources` recorded for a raw object, and its latest occurrence.
+pub(super) fn recorded(sources: &Sources, raw: RawId) -> Option<(u64, Micros)> {
+    sources
+        .iter()
+        .find(|s| s.raw == raw)
+        .map(|s| (s.count, s.last))
+}
+
+/// The Ongoing series of one slot, one LRU table per namespace: a policy's `maxActiveSeries` gives
+/// up series of the namespace that holds the most (its least recently active first), and
+/// `maxActiveSeriesPerNamespace` finds a namespace's oldest in O(1). A namespace with no series has
+/// no table.
+#[derive(Default)]
+pub(super) struct SeriesTables {
+    by_ns: BTreeMap<u32, Table<KeyId, Series>>,
+    len: usize,
+}
+
+impl SeriesTables {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn ns_len(&self, ns: u32) -> usize {
+        self.by_ns.get(&ns).map_or(0, |t| t.len())
+    }
+
+    /// The series, marked as the namespace's most recently active.
+    pub fn get(&mut self, ns: u32, id: &KeyId) -> Option<&mut Series> {
+        self.by_ns.get_mut(&ns)?.get(id)
+    }
+
+    pub fn peek(&self, ns: u32, id: &KeyId) -> Option<&Series> {
+        self.by_ns.get(&ns)?.peek(id)
+    }
+
+    pub fn peek_mut(&mut self, ns: u32, id: &KeyId) -> Option<&mut Series> {
+        self.by_ns.get_mut(&ns)?.peek_mut(id)
+    }
+
+    pub fn insert(&mut self, id: KeyId, s: Series) {
+        let t = self.by_ns.entry(s.tally.ns).or_insert_with(table);
+        let before = t.len();
+        t.insert(id, s);
+        self.len += t.len() - before;
+    }
+
+    pub fn remove(&mut self, ns: u32, id: &KeyId) -> Option<Series> {
+        let t = self.by_ns.get_mut(&ns)?;
+        let s = t.remove(id)?;
+        self.len -= 1;
+        if t.is_empty() {
+            self.by_ns.remove(&ns);
+        }
+        Some(s)
+    }
+
+    /// The namespace's least recently active series.
+    pub fn pop_oldest_of(&mut self, ns: u32) -> Option<(KeyId, Series)> {
+        let t = self.by_ns.get_mut(&ns)?;
+        let popped = t.pop_oldest()?;
+        self.len -= 1;
+        if t.is_empty() {
+            self.by_ns.remove(&ns);
+        }
+        Some(popped)
+    }
+
+    /// The namespace holding the most series (the lowest index among equals). Linear in the
+    /// namespaces, and only asked when a bound is reached.
+    pub fn largest(&self) -> Option<u32> {
+        self.by_ns
+            .iter()
+            .max_by_key(|(ns, t)| (t.len(), std::cmp::Reverse(**ns)))
+            .map(|(ns, _)| *ns)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&KeyId, &Series)> {
+        self.by_ns.values().flat_map(|t| t.iter())
+    }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&KeyId, &mut Series)> {
+        self.by_ns.values_mut().flat_map(|t| t.iter_mut())
+    }
+
+    pub fn namespaces(&self) -> impl Iterator<Item = u32> + '_ {
+        self.by_ns.keys().copied()
+    }
+
+    /// Every series, each namespace's oldest first, leaving the tables empty.
+    pub fn drain(&mut self) -> Vec<(KeyId, Series)> {
+        let mut out = Vec::with_capacity(self.len);
+        for (_, mut t) in std::mem::take(&mut self.by_ns) {
+            while let Some(e) = t.pop_oldest() {
+                out.push(e);
+            }
+        }
+        self.len = 0;
+        out
+    }
+
+    pub fn shrink(&mut self) {
+        for t in self.by_ns.values_mut() {
+            shrink(t);
+        }
+    }
+
+    fn memory_usage(&self) -> usize {
+        self.by_ns.values().map(|t| t.memory_usage()).sum()
+    }
 }
 
 /// The keys governed by one policy. The LRU order of `candidates` and `dormant` is the order of their
 /// latest occurrence, which is how they expire (no timers needed).
 pub(super) struct Slot {
-    pub series: Table<KeyId, Series>,
+    pub series: SeriesTables,
     pub candidates: Table<KeyId, Tally>,
     pub dormant: Table<KeyId, Dormant>,
 }
@@ -170,10 +300,32 @@ pub(super) struct Slot {
 impl Slot {
     pub fn new() -> Slot {
         Slot {
-            series: table(),
+            series: SeriesTables::default(),
             candidates: table(),
             dormant: table(),
         }
+    }
+
+    /// The count already recorded for a raw object on the key's series, candidate or dormant
+    /// record, if any.
+    pub fn recorded(&self, ns: u32, id: &KeyId, raw: RawId) -> Option<(u64, Micros)> {
+        if let Some(s) = self.series.peek(ns, id) {
+            return s.tally.recorded(raw);
+        }
+        if let Some(c) = self.candidates.peek(id) {
+            return c.recorded(raw);
+        }
+        self.dormant
+            .peek(id)
+            .and_then(|d| recorded(&d.sources, raw))
+    }
+
+    /// Makes a key dormant, keeping its sources, within the slot's bound of `max` dormant keys.
+    pub fn make_dormant(&mut self, id: KeyId, d: Dormant, max: usize) {
+        if self.dormant.peek(&id).is_none() && self.dormant.len() >= max {
+            self.dormant.pop_oldest();
+        }
+        self.dormant.insert(id, d);
     }
 
     fn memory_usage(&self) -> usize {
@@ -188,29 +340,76 @@ struct Namespace {
 }
 
 /// Every namespace seen, by index (series refer to theirs by index), with the slot its labels
-/// resolve to.
+/// resolve to. A namespace that went away is freed once nothing refers to it, and its index reused.
 #[derive(Default)]
 pub(super) struct Namespaces {
     list: Vec<Namespace>,
     index: HashMap<Arc<str>, u32>,
+    /// Freed indices, for reuse.
+    free: Vec<u32>,
+    /// Namespaces that went away, to free once no series, candidate or dormant key refers to them.
+    gone: BTreeSet<u32>,
 }
 
 impl Namespaces {
-    pub fn find(&self, ns: &str) -> Option<(u32, SlotIdx)> {
+    /// A namespace's index and slot; one that went away and is seen again is kept.
+    pub fn find(&mut self, ns: &str) -> Option<(u32, SlotIdx)> {
         let i = *self.index.get(ns)?;
+        self.gone.remove(&i);
         Some((i, self.list[i as usize].slot))
     }
 
     pub fn add(&mut self, ns: &str, labels: BTreeMap<String, String>, slot: SlotIdx) -> u32 {
         let name: Arc<str> = Arc::from(ns);
-        let i = u32::try_from(self.list.len()).unwrap_or(u32::MAX);
-        self.list.push(Namespace {
+        let entry = Namespace {
             name: name.clone(),
             labels,
             slot,
-        });
+        };
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.list[i as usize] = entry;
+                i
+            }
+            None => {
+                self.list.push(entry);
+                u32::try_from(self.list.len() - 1).unwrap_or(u32::MAX)
+            }
+        };
         self.index.insert(name, i);
         i
+    }
+
+    /// The namespace went away: it is freed by [`Namespaces::free_unused`] once unused.
+    pub fn removed(&mut self, ns: &str) {
+        if let Some(i) = self.index.get(ns) {
+            self.gone.insert(*i);
+        }
+    }
+
+    /// Frees the namespaces that went away and that `in_use` does not list.
+    pub fn free_unused(&mut self, in_use: &BTreeSet<u32>) {
+        let free: Vec<u32> = self.gone.difference(in_use).copied().collect();
+        for i in free {
+            self.gone.remove(&i);
+            let n = &mut self.list[i as usize];
+            self.index.remove(&n.name);
+            *n = Namespace {
+                name: Arc::from(""),
+                labels: BTreeMap::new(),
+                slot: 0,
+            };
+            self.free.push(i);
+        }
+    }
+
+    pub fn has_gone(&self) -> bool {
+        !self.gone.is_empty()
+    }
+
+    /// Namespaces known (for tests and inspection).
+    pub fn len(&self) -> usize {
+        self.index.len()
     }
 
     /// Records new labels and slot; true when the slot changed.
@@ -246,6 +445,7 @@ impl Engine {
     /// store. The shell calls it on its own schedule; nothing here makes an intent or counts an
     /// occurrence.
     pub fn housekeep(&mut self, now: DateTime<Utc>) {
+        self.free_namespaces();
         let retention = self.config.dormant_retention;
         for slot in &mut self.slots {
             while slot
@@ -255,7 +455,7 @@ impl Engine {
             {
                 slot.dormant.pop_oldest();
             }
-            shrink(&mut slot.series);
+            slot.series.shrink();
             shrink(&mut slot.candidates);
             shrink(&mut slot.dormant);
         }
@@ -268,6 +468,30 @@ impl Engine {
             });
             self.keys.compact(handles);
         }
+    }
+
+    /// A namespace went away: its index is freed once no key of it is left (at the next
+    /// [`Engine::housekeep`] after its series finished and its dormant keys expired).
+    pub fn namespace_removed(&mut self, ns: &str) {
+        self.namespaces.removed(ns);
+    }
+
+    /// Namespaces the engine holds an entry for.
+    pub fn namespaces_known(&self) -> usize {
+        self.namespaces.len()
+    }
+
+    fn free_namespaces(&mut self) {
+        if !self.namespaces.has_gone() {
+            return;
+        }
+        let mut in_use = BTreeSet::new();
+        for slot in &self.slots {
+            in_use.extend(slot.series.namespaces());
+            in_use.extend(slot.candidates.iter().map(|(_, c)| c.ns));
+            in_use.extend(slot.dormant.iter().map(|(_, d)| d.ns));
+        }
+        self.namespaces.free_unused(&in_use);
     }
 
     /// Bytes of keys and notes the engine holds, and bytes of the chunks they are stored in.

@@ -8,11 +8,13 @@ use chrono::{DateTime, Utc};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-/// One pending wake-up of a series. The slot that holds the series is looked up when it fires.
+/// One pending wake-up of a series, in namespace `ns`. The slot that holds the series is looked up
+/// when it fires.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) struct Timer {
     pub due: Micros,
     pub id: KeyId,
+    pub ns: u32,
 }
 
 #[derive(Default)]
@@ -22,9 +24,9 @@ pub(super) struct Timers {
 
 impl Timers {
     /// Schedules a wake-up; returns the due time for the series to keep as its live timer.
-    pub fn arm(&mut self, due: DateTime<Utc>, id: KeyId) -> Micros {
+    pub fn arm(&mut self, due: DateTime<Utc>, id: KeyId, ns: u32) -> Micros {
         let due = micros(due);
-        self.heap.push(Reverse(Timer { due, id }));
+        self.heap.push(Reverse(Timer { due, id, ns }));
         due
     }
 

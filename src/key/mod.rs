@@ -6,6 +6,7 @@
 //! - [`packed`]: an owned key and note in one allocation, for what lives longer than the event.
 //! - [`store`]: where the engine keeps the packed keys of its series and candidates.
 
+pub mod fields;
 pub mod normalise;
 pub mod packed;
 pub mod store;
@@ -33,6 +34,9 @@ pub struct ObjectRef<S> {
 /// The isomorphic key of a series: two occurrences with equal keys belong to the same series.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SeriesKey<S = String> {
+    /// The raw event's namespace, where the series object is written: a tenant's events never share a
+    /// series (or an object) with another namespace's.
+    pub namespace: S,
     pub regarding: ObjectRef<S>,
     pub related: Option<ObjectRef<S>>,
     pub action: S,
@@ -48,6 +52,10 @@ pub type KeyRef<'a> = SeriesKey<&'a str>;
 /// A 128-bit hash of a [`SeriesKey`] (and the note, when the policy includes it). Stable across
 /// processes and versions (xxh3), because it is persisted in the `eventseries.dev/key` label and used to
 /// match series objects with raw events after a restart.
+///
+/// It hashes the values as the series object holds them (mapped by [`fields`]), never the raw ones, so
+/// that it can be recomputed from a stored object: an object whose label does not match its own
+/// namespace and fields is a copy or an edit, and is not adopted.
 ///
 /// Held as two `u64` halves (high first, so the order is that of the `u128`): a `u128` is 16-byte
 /// aligned, which would pad every engine table entry that holds one.
@@ -134,9 +142,11 @@ impl<S: AsRef<str>> ObjectRef<S> {
 }
 
 impl<S: AsRef<str>> SeriesKey<S> {
-    /// The key's id; `note` is `Some` only when the policy sets `isomorphism.includeNote`.
+    /// The key's id; `note` is `Some` only when the policy sets `isomorphism.includeNote`. Two keys
+    /// that map to the same series object fields have the same id.
     pub fn id(&self, note: Option<&str>) -> KeyId {
         let mut h = Xxh3::new();
+        feed(&mut h, self.namespace.as_ref());
         self.regarding.feed(&mut h);
         match &self.related {
             Some(r) => {
@@ -145,22 +155,72 @@ impl<S: AsRef<str>> SeriesKey<S> {
             }
             None => h.update(&[0]),
         }
+        let m = self.mapped();
         for s in [
-            &self.action,
-            &self.reason,
-            &self.reporting_controller,
-            &self.reporting_instance,
-            &self.type_,
+            m.action,
+            m.reason,
+            &m.reporting_controller,
+            m.reporting_instance(),
+            m.type_,
         ] {
-            feed(&mut h, s.as_ref());
+            feed(&mut h, s);
         }
         match note {
             Some(n) => {
                 h.update(&[1]);
-                feed(&mut h, n);
+                feed(&mut h, fields::note(n));
             }
             None => h.update(&[0]),
         }
         KeyId::new(h.digest128())
+    }
+
+    /// The scalar fields as the events.k8s.io API accepts them (see [`fields`]).
+    pub fn mapped(&self) -> Mapped<'_> {
+        let reason = fields::cut(
+            fields::or_else(self.reason.as_ref(), "Unknown"),
+            fields::LENGTH_LIMIT,
+        );
+        let reporting_controller =
+            fields::reporting_controller_cow(self.reporting_controller.as_ref());
+        let action = fields::cut(
+            fields::or_else(self.action.as_ref(), reason),
+            fields::LENGTH_LIMIT,
+        );
+        let instance = self.reporting_instance.as_ref();
+        let reporting_instance = if instance.is_empty() {
+            None
+        } else {
+            Some(fields::cut(instance, fields::LENGTH_LIMIT))
+        };
+        Mapped {
+            action,
+            reason,
+            reporting_instance: reporting_instance.unwrap_or_default(),
+            instance_from_controller: reporting_instance.is_none(),
+            reporting_controller,
+            type_: fields::event_type(self.type_.as_ref()),
+        }
+    }
+}
+
+/// The scalar fields of a key mapped to values the events.k8s.io API accepts.
+pub struct Mapped<'a> {
+    pub action: &'a str,
+    pub reason: &'a str,
+    pub reporting_controller: std::borrow::Cow<'a, str>,
+    reporting_instance: &'a str,
+    /// An empty reportingInstance becomes the (mapped) reportingController.
+    instance_from_controller: bool,
+    pub type_: &'static str,
+}
+
+impl Mapped<'_> {
+    pub fn reporting_instance(&self) -> &str {
+        if self.instance_from_controller {
+            fields::cut(&self.reporting_controller, fields::LENGTH_LIMIT)
+        } else {
+            self.reporting_instance
+        }
     }
 }

@@ -1,10 +1,12 @@
 //! Normalisation: a raw core/v1 Event, legacy or new style, read as an [`Observation`] that borrows
 //! from it (SPEC "Input" and "Grouping").
 
+use super::fields::{self, CONTROLLER_LIMIT, LENGTH_LIMIT, NOTE_LIMIT, reference};
 use super::{KeyBuf, KeyRef, ObjectRef, RawId, SeriesKey};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Event, ObjectReference};
 use k8s_openapi::jiff::Timestamp;
+use std::cell::Cell;
 
 /// One raw Event object as the engine sees it: the cumulative number of occurrences it reports and when
 /// they happened. The engine turns successive observations of the same object into deltas.
@@ -24,6 +26,8 @@ pub struct Observation<'a> {
     pub first: DateTime<Utc>,
     /// The latest occurrence the object reports.
     pub last: DateTime<Utc>,
+    /// A string field was longer than its limit and was cut (see [`fields`]).
+    pub truncated: bool,
 }
 
 /// An [`Observation`] that owns its text, in one allocation for the key and note. The first list after a
@@ -33,7 +37,7 @@ pub struct Observation<'a> {
 pub struct OwnedObservation {
     raw: RawId,
     resource_version: Option<u64>,
-    namespace: Box<str>,
+    /// The key (its namespace included) and the note.
     key: KeyBuf,
     count: u64,
     first: DateTime<Utc>,
@@ -45,7 +49,6 @@ impl OwnedObservation {
         OwnedObservation {
             raw: obs.raw,
             resource_version: obs.resource_version,
-            namespace: obs.namespace.into(),
             key: KeyBuf::new(&obs.key, obs.note),
             count: obs.count,
             first: obs.first,
@@ -53,16 +56,19 @@ impl OwnedObservation {
         }
     }
 
+    /// The observation again; its cuts were counted when it was first read.
     pub fn view(&self) -> Observation<'_> {
+        let key = self.key.view();
         Observation {
             raw: self.raw,
             resource_version: self.resource_version,
-            namespace: &self.namespace,
-            key: self.key.view(),
+            namespace: key.namespace,
+            key,
             note: self.key.note(),
             count: self.count,
             first: self.first,
             last: self.last,
+            truncated: false,
         }
     }
 
@@ -105,14 +111,37 @@ fn nonempty(o: &Option<String>) -> Option<&str> {
     o.as_deref().filter(|s| !s.is_empty())
 }
 
-pub(crate) fn object_ref(r: &ObjectReference) -> ObjectRef<&str> {
-    ObjectRef {
-        api_version: or_empty(&r.api_version),
-        kind: or_empty(&r.kind),
-        namespace: or_empty(&r.namespace),
-        name: or_empty(&r.name),
-        uid: or_empty(&r.uid),
-        field_path: or_empty(&r.field_path),
+/// Cuts strings to their limits and remembers whether any was cut.
+#[derive(Default)]
+pub(crate) struct Cutter(Cell<bool>);
+
+impl Cutter {
+    pub fn cut<'a>(&self, s: &'a str, max: usize) -> &'a str {
+        let c = fields::cut(s, max);
+        if c.len() < s.len() {
+            self.0.set(true);
+        }
+        c
+    }
+
+    pub fn opt<'a>(&self, s: &'a Option<String>, max: usize) -> &'a str {
+        self.cut(or_empty(s), max)
+    }
+
+    pub fn any(&self) -> bool {
+        self.0.get()
+    }
+
+    /// An object reference with each field cut to its limit.
+    pub fn object_ref<'a>(&self, r: &'a ObjectReference) -> ObjectRef<&'a str> {
+        ObjectRef {
+            api_version: self.opt(&r.api_version, reference::API_VERSION),
+            kind: self.opt(&r.kind, reference::KIND),
+            namespace: self.opt(&r.namespace, reference::NAMESPACE),
+            name: self.opt(&r.name, reference::NAME),
+            uid: self.opt(&r.uid, reference::UID),
+            field_path: self.opt(&r.field_path, reference::FIELD_PATH),
+        }
     }
 }
 
@@ -123,6 +152,8 @@ pub fn to_chrono(t: Timestamp) -> DateTime<Utc> {
 
 /// Reads a raw core/v1 Event (SPEC "Grouping" and "Input").
 ///
+/// - every string is cut to its limit ([`fields`]) here, before anything is stored: the note to 1,024
+///   bytes, the rest to their API limits; [`Observation::truncated`] says whether anything was cut.
 /// - regarding = `involvedObject`; reportingController = `reportingComponent`, else `source.component`;
 ///   reportingInstance = `reportingInstance`, else `source.host`.
 /// - count = `series.count` when the event has a series, else `count`; at least 1.
@@ -133,6 +164,8 @@ pub fn normalise(ev: &Event) -> Result<Observation<'_>, NormaliseError> {
     let name = nonempty(&meta.name).ok_or(NormaliseError::MissingName)?;
     let namespace = nonempty(&meta.namespace).ok_or(NormaliseError::MissingNamespace)?;
     let source = ev.source.as_ref();
+    let c = Cutter::default();
+    let namespace = c.cut(namespace, reference::NAMESPACE);
     let reporting_controller = nonempty(&ev.reporting_component)
         .or_else(|| source.and_then(|s| nonempty(&s.component)))
         .unwrap_or("");
@@ -140,14 +173,16 @@ pub fn normalise(ev: &Event) -> Result<Observation<'_>, NormaliseError> {
         .or_else(|| source.and_then(|s| nonempty(&s.host)))
         .unwrap_or("");
     let key = SeriesKey {
-        regarding: object_ref(&ev.involved_object),
-        related: ev.related.as_ref().map(object_ref),
-        action: or_empty(&ev.action),
-        reason: or_empty(&ev.reason),
-        reporting_controller,
-        reporting_instance,
-        type_: or_empty(&ev.type_),
+        namespace,
+        regarding: c.object_ref(&ev.involved_object),
+        related: ev.related.as_ref().map(|r| c.object_ref(r)),
+        action: c.opt(&ev.action, LENGTH_LIMIT),
+        reason: c.opt(&ev.reason, LENGTH_LIMIT),
+        reporting_controller: c.cut(reporting_controller, CONTROLLER_LIMIT),
+        reporting_instance: c.cut(reporting_instance, LENGTH_LIMIT),
+        type_: c.opt(&ev.type_, LENGTH_LIMIT),
     };
+    let note = c.opt(&ev.message, NOTE_LIMIT);
     let series = ev.series.as_ref();
     let count = series
         .and_then(|s| s.count)
@@ -180,10 +215,11 @@ pub fn normalise(ev: &Event) -> Result<Observation<'_>, NormaliseError> {
             .and_then(|v| v.parse().ok()),
         namespace,
         key,
-        note: or_empty(&ev.message),
+        note,
         count,
         first,
         last,
+        truncated: c.any(),
     })
 }
 
@@ -362,14 +398,35 @@ mod tests {
     }
 
     #[test]
-    fn keys_longer_than_64_kib_keep_every_field() {
+    fn every_string_is_cut_to_its_limit_before_it_is_stored() {
         let mut ev = legacy();
-        let long = "x".repeat(70_000);
-        ev.message = Some(long.clone());
+        ev.message = Some("é".repeat(600_000));
+        ev.reason = Some("R".repeat(300));
         ev.involved_object.name = Some("y".repeat(300));
+        ev.involved_object.field_path = Some("f".repeat(1 << 20));
+        ev.source = Some(EventSource {
+            component: Some("c".repeat(1000)),
+            host: Some("h".repeat(1000)),
+        });
+        let o = normalise(&ev).unwrap();
+        assert!(o.truncated);
+        assert_eq!(o.note.len(), 1024);
+        assert_eq!(o.key.reason.len(), 128);
+        assert_eq!(o.key.regarding.name.len(), 253);
+        assert_eq!(o.key.regarding.field_path.len(), 512);
+        assert_eq!(o.key.reporting_controller.len(), 317);
+        assert_eq!(o.key.reporting_instance.len(), 128);
+        assert!(KeyBuf::new(&o.key, o.note).text_len() < 4096);
+        assert!(!normalise(&legacy()).unwrap().truncated);
+    }
+
+    #[test]
+    fn keys_longer_than_64_kib_keep_every_field() {
+        let ev = legacy();
+        let long = "x".repeat(70_000);
         let o = normalise(&ev).unwrap();
         assert!(o.key.related.is_none());
-        let owned = KeyBuf::new(&o.key, o.note);
+        let owned = KeyBuf::new(&o.key, &long);
         assert_eq!(owned.view(), o.key);
         assert_eq!(owned.note(), long);
         let k = &o.key;
@@ -379,6 +436,7 @@ mod tests {
             k.reporting_controller,
             k.reporting_instance,
             k.type_,
+            k.namespace,
         ];
         let text: usize = k
             .regarding

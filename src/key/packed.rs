@@ -4,11 +4,12 @@ use super::{KeyRef, ObjectRef, SeriesKey};
 use std::fmt;
 use std::sync::Arc;
 
-/// Number of string fields in a key: six for regarding, six for related, five scalars; then the note.
-const FIELDS: usize = 18;
+/// Number of string fields in a key: six for regarding, six for related, five scalars, the namespace;
+/// then the note.
+const FIELDS: usize = 19;
 
 /// An owned [`SeriesKey`] and the note of its first occurrence, packed into one shared allocation: a
-/// series keeps them as long as it lives, and eighteen separate `String`s would cost more in headers
+/// series keeps them as long as it lives, and nineteen separate `String`s would cost more in headers
 /// than most keys hold in text. The format is [`encode`]'s; cloning shares it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct KeyBuf(Arc<[u8]>);
@@ -31,6 +32,7 @@ pub fn encode<S: AsRef<str>>(key: &SeriesKey<S>, note: &str, out: &mut Vec<u8>) 
         key.reporting_controller.as_ref(),
         key.reporting_instance.as_ref(),
         key.type_.as_ref(),
+        key.namespace.as_ref(),
         note,
     ]);
     let text: usize = parts.iter().map(|p| p.len()).sum();
@@ -145,11 +147,12 @@ impl<'a> PackedKey<'a> {
             reporting_controller: self.field(14),
             reporting_instance: self.field(15),
             type_: self.field(16),
+            namespace: self.field(17),
         }
     }
 
     pub fn note(self) -> &'a str {
-        self.field(17)
+        self.field(18)
     }
 
     pub fn text_len(self) -> usize {

@@ -219,6 +219,7 @@ mod tests {
 
     fn key(name: &str) -> KeyRef<'_> {
         SeriesKey {
+            namespace: "default",
             regarding: ObjectRef {
                 api_version: "v1",
                 kind: "Pod",

@@ -1,53 +1,113 @@
 //! A series object read back after a restart, as a [`StoredSeries`] claim for the engine to check.
+//!
+//! Anyone allowed to create Events in a namespace can create an object that looks like a series
+//! object, so an object is only a claim. It is adopted only if:
+//! - its labels and annotations parse (every entry of `eventseries.dev/sources` included);
+//! - its `eventseries.dev/key` label is the id of its own namespace and fields (with or without the
+//!   note, as `includeNote` may have changed): a copy of another namespace's object, or an edited
+//!   one, fails here;
+//! - its name is the one derived from that key and its start.
+//!
+//! Times in the future beyond the clock tolerance are clamped to now, so that a far-future
+//! `lastObservedTime` cannot keep a series Ongoing forever.
 
 use super::{
     KEY_LABEL, SOURCES_ANNOTATION, STATE_LABEL, WATERMARK_ANNOTATION, WRITTEN_AT_ANNOTATION,
-    decode_sources, object_name,
+    object_name, parse_sources,
 };
-use crate::intent::{SeriesState, StoredSeries};
-use crate::key::normalise::{object_ref, or_empty, to_chrono};
+use crate::intent::{MAX_SOURCES, SeriesState, StoredSeries};
+use crate::key::fields::{CONTROLLER_LIMIT, LENGTH_LIMIT, NOTE_LIMIT, reference};
+use crate::key::normalise::{Cutter, to_chrono};
 use crate::key::{KeyBuf, KeyId, SeriesKey};
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use k8s_openapi::api::events::v1::Event;
-use std::sync::Arc;
 
-/// Why a series object could not be restored. It is skipped with a log line and a metric; its raw
-/// events then start a new series, which is the safe side (a second object, never a lost count).
+/// Why a series object was not adopted. It is skipped with a log line and counted in
+/// `event_series_recovery_rejected_total{reason}`; its raw events then start a new series, which is the
+/// safe side (a second object, never a count taken from someone else's claim).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DecodeError {
     #[error("series object has no {0}")]
     Missing(&'static str),
     #[error("series object has an invalid {field}: {value:?}")]
     Invalid { field: &'static str, value: String },
+    #[error(
+        "label eventseries.dev/key {label} is not the key of the object's own namespace and fields \
+         (a copy from another namespace, or an edited object)"
+    )]
+    KeyMismatch { label: KeyId },
+    #[error("name {name:?} is not the one derived from its key and start ({derived:?})")]
+    NameMismatch { name: String, derived: String },
+    #[error(
+        "watermark {watermark} lies beyond the resourceVersion {list} of the list it was read in"
+    )]
+    FutureWatermark { watermark: u64, list: u64 },
 }
 
-/// Reads one of the operator's own series objects.
-pub fn decode(ev: &Event) -> Result<StoredSeries, DecodeError> {
+impl DecodeError {
+    /// The `reason` label of `event_series_recovery_rejected_total` (a bounded set).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            DecodeError::Missing(_) => "missing_field",
+            DecodeError::Invalid { .. } => "unparsable",
+            DecodeError::KeyMismatch { .. } => "key_mismatch",
+            DecodeError::NameMismatch { .. } => "name_mismatch",
+            DecodeError::FutureWatermark { .. } => "future_watermark",
+        }
+    }
+
+    /// Every reason, so that the metric exports each at 0 from the start.
+    pub const REASONS: [&'static str; 5] = [
+        "missing_field",
+        "unparsable",
+        "key_mismatch",
+        "name_mismatch",
+        "future_watermark",
+    ];
+}
+
+/// What a claim is checked against: the operator's clock and how far ahead of it a time may be.
+#[derive(Clone, Copy, Debug)]
+pub struct Check {
+    pub now: DateTime<Utc>,
+    pub tolerance: TimeDelta,
+}
+
+impl Check {
+    /// A time beyond `now + tolerance` is clamped to `now`.
+    fn clamp(&self, t: DateTime<Utc>) -> DateTime<Utc> {
+        match self.now.checked_add_signed(self.tolerance) {
+            Some(limit) if t > limit => self.now,
+            _ => t,
+        }
+    }
+}
+
+/// Reads and checks one of the operator's own series objects.
+pub fn decode(ev: &Event, check: Check) -> Result<StoredSeries, DecodeError> {
     let meta = &ev.metadata;
     let label = |k: &'static str| meta.labels.as_ref().and_then(|l| l.get(k));
     let annotation = |k: &'static str| meta.annotations.as_ref().and_then(|a| a.get(k));
+    let invalid = |field: &'static str, value: &str| DecodeError::Invalid {
+        field,
+        value: crate::key::fields::cut(value, 80).to_owned(),
+    };
     let id_text = label(KEY_LABEL).ok_or(DecodeError::Missing("label eventseries.dev/key"))?;
-    let id: KeyId = id_text.parse().map_err(|_| DecodeError::Invalid {
-        field: "label eventseries.dev/key",
-        value: id_text.clone(),
-    })?;
+    let id: KeyId = id_text
+        .parse()
+        .map_err(|_| invalid("label eventseries.dev/key", id_text))?;
     let state = match label(STATE_LABEL).map(String::as_str) {
         Some("Ongoing") => SeriesState::Ongoing,
         Some("Finished") => SeriesState::Finished,
-        other => {
-            return Err(DecodeError::Invalid {
-                field: "label eventseries.dev/state",
-                value: other.unwrap_or("").to_owned(),
-            });
-        }
+        other => return Err(invalid("label eventseries.dev/state", other.unwrap_or(""))),
     };
     let name = meta
         .name
-        .clone()
+        .as_deref()
         .ok_or(DecodeError::Missing("metadata.name"))?;
     let namespace = meta
         .namespace
-        .clone()
+        .as_deref()
         .ok_or(DecodeError::Missing("metadata.namespace"))?;
     let first = ev
         .event_time
@@ -62,40 +122,67 @@ pub fn decode(ev: &Event) -> Result<StoredSeries, DecodeError> {
         .regarding
         .as_ref()
         .ok_or(DecodeError::Missing("regarding"))?;
-    let key = SeriesKey {
-        regarding: object_ref(regarding),
-        related: ev.related.as_ref().map(object_ref),
-        action: or_empty(&ev.action),
-        reason: or_empty(&ev.reason),
-        reporting_controller: or_empty(&ev.reporting_controller),
-        reporting_instance: or_empty(&ev.reporting_instance),
-        type_: or_empty(&ev.type_),
-    };
     let watermark = match annotation(WATERMARK_ANNOTATION) {
-        Some(w) => w.parse().map_err(|_| DecodeError::Invalid {
-            field: "annotation eventseries.dev/watermark",
-            value: w.clone(),
-        })?,
+        Some(w) => w
+            .parse()
+            .map_err(|_| invalid("annotation eventseries.dev/watermark", w))?,
         None => 0,
     };
-    let last_write = annotation(WRITTEN_AT_ANNOTATION)
-        .and_then(|w| DateTime::parse_from_rfc3339(w).ok())
-        .map(|w| w.with_timezone(&Utc));
-    let stored_name = (object_name(&key, id, first) != name).then(|| Arc::from(name));
+    let sources = match annotation(SOURCES_ANNOTATION) {
+        Some(s) => parse_sources(s)
+            .filter(|s| s.len() <= MAX_SOURCES)
+            .ok_or_else(|| invalid("annotation eventseries.dev/sources", s))?,
+        None => Vec::new(),
+    };
+    let last_write = match annotation(WRITTEN_AT_ANNOTATION) {
+        Some(w) => Some(
+            DateTime::parse_from_rfc3339(w)
+                .map_err(|_| invalid("annotation eventseries.dev/written-at", w))?
+                .with_timezone(&Utc),
+        ),
+        None => None,
+    };
+    // The same cuts as normalisation: a forged object's 1 MB note is not kept either.
+    let c = Cutter::default();
+    let key = SeriesKey {
+        namespace: c.cut(namespace, reference::NAMESPACE),
+        regarding: c.object_ref(regarding),
+        related: ev.related.as_ref().map(|r| c.object_ref(r)),
+        action: c.opt(&ev.action, LENGTH_LIMIT),
+        reason: c.opt(&ev.reason, LENGTH_LIMIT),
+        reporting_controller: c.opt(&ev.reporting_controller, CONTROLLER_LIMIT),
+        reporting_instance: c.opt(&ev.reporting_instance, LENGTH_LIMIT),
+        type_: c.opt(&ev.type_, LENGTH_LIMIT),
+    };
+    let note = c.opt(&ev.note, NOTE_LIMIT);
+    if c.any() || (key.id(None) != id && key.id(Some(note)) != id) {
+        return Err(DecodeError::KeyMismatch { label: id });
+    }
+    let derived = object_name(&key, id, first);
+    if derived != name {
+        return Err(DecodeError::NameMismatch {
+            name: crate::key::fields::cut(name, 80).to_owned(),
+            derived,
+        });
+    }
+    let first = check.clamp(first);
     Ok(StoredSeries {
         id,
-        stored_name,
-        namespace,
-        key: KeyBuf::new(&key, or_empty(&ev.note)),
+        namespace: key.namespace.to_owned(),
+        key: KeyBuf::new(&key, note),
         count,
         first,
-        last: last.max(first),
+        last: check.clamp(last).max(first),
         state,
         watermark,
-        sources: annotation(SOURCES_ANNOTATION)
-            .map(|s| decode_sources(s))
-            .unwrap_or_default(),
-        last_write,
+        sources: sources
+            .into_iter()
+            .map(|mut s| {
+                s.last = s.last.map(|t| check.clamp(t));
+                s
+            })
+            .collect(),
+        last_write: last_write.map(|t| check.clamp(t)),
     })
 }
 
@@ -106,8 +193,12 @@ mod tests {
     #[test]
     fn objects_without_our_labels_are_refused() {
         let ev = Event::default();
+        let check = Check {
+            now: Utc::now(),
+            tolerance: TimeDelta::minutes(10),
+        };
         assert_eq!(
-            decode(&ev).unwrap_err(),
+            decode(&ev, check).unwrap_err(),
             DecodeError::Missing("label eventseries.dev/key")
         );
     }

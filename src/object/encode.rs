@@ -1,12 +1,12 @@
 //! A [`Snapshot`] as the events.k8s.io/v1 Event the writer sends: valid by construction.
 
-use super::fields::{LENGTH_LIMIT, cut, event_type, note, or_else, reporting_controller};
 use super::{
     KEY_LABEL, MANAGED_BY, MANAGED_BY_LABEL, SOURCES_ANNOTATION, STATE_LABEL, WATERMARK_ANNOTATION,
-    WRITTEN_AT_ANNOTATION, encode_sources, name_of, namespace,
+    WRITTEN_AT_ANNOTATION, encode_sources, name_of,
 };
 use crate::intent::Snapshot;
 use crate::key::ObjectRef;
+use crate::key::fields::note;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::{Event, EventSeries};
@@ -36,10 +36,7 @@ fn micro(t: DateTime<Utc>) -> MicroTime {
 /// The events.k8s.io/v1 Event for a snapshot.
 pub fn to_event(s: &Snapshot) -> Event {
     let key = s.key.view();
-    let controller = reporting_controller(key.reporting_controller);
-    let reason = cut(or_else(key.reason, "Unknown"), LENGTH_LIMIT).to_owned();
-    let action = cut(or_else(key.action, &reason), LENGTH_LIMIT).to_owned();
-    let instance = cut(or_else(key.reporting_instance, &controller), LENGTH_LIMIT).to_owned();
+    let mapped = key.mapped();
     let labels = BTreeMap::from([
         (MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned()),
         (STATE_LABEL.to_owned(), s.state.as_str().to_owned()),
@@ -57,7 +54,7 @@ pub fn to_event(s: &Snapshot) -> Event {
     Event {
         metadata: ObjectMeta {
             name: Some(name_of(s)),
-            namespace: Some(namespace(&s.namespace, &key.regarding).to_owned()),
+            namespace: Some(key.namespace.to_owned()),
             labels: Some(labels),
             annotations: Some(annotations),
             ..Default::default()
@@ -69,12 +66,12 @@ pub fn to_event(s: &Snapshot) -> Event {
         }),
         regarding: Some(object_reference(&key.regarding)),
         related: key.related.as_ref().map(object_reference),
-        action: Some(action),
-        reason: Some(reason),
-        note: Some(note(s.key.note())),
-        type_: Some(event_type(key.type_).to_owned()),
-        reporting_controller: Some(controller),
-        reporting_instance: Some(instance),
+        action: Some(mapped.action.to_owned()),
+        reason: Some(mapped.reason.to_owned()),
+        note: Some(note(s.key.note()).to_owned()),
+        type_: Some(mapped.type_.to_owned()),
+        reporting_instance: Some(mapped.reporting_instance().to_owned()),
+        reporting_controller: Some(mapped.reporting_controller.into_owned()),
         ..Default::default()
     }
 }

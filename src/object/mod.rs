@@ -16,15 +16,14 @@
 
 pub mod decode;
 pub mod encode;
-pub mod fields;
 
-pub use decode::{DecodeError, decode};
+pub use decode::{Check, DecodeError, decode};
 pub use encode::to_event;
 
 use crate::intent::{Snapshot, Source};
-use crate::key::{KeyId, KeyRef, ObjectRef, RawId};
+use crate::key::fields::dns_subdomain;
+use crate::key::{KeyId, KeyRef, RawId};
 use chrono::{DateTime, Utc};
-use fields::dns_subdomain;
 use xxhash_rust::xxh3::xxh3_64;
 
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -51,16 +50,6 @@ pub fn managed_selector() -> String {
 
 const NAME_PREFIX_LIMIT: usize = 200;
 
-/// The namespace the series object lives in: the raw event's, except that the events API accepts a
-/// cluster-scoped `regarding` only in `default` or `kube-system`.
-pub fn namespace<'a>(raw_namespace: &'a str, regarding: &ObjectRef<&str>) -> &'a str {
-    if regarding.namespace.is_empty() && !matches!(raw_namespace, "default" | "kube-system") {
-        "default"
-    } else {
-        raw_namespace
-    }
-}
-
 /// The object name of a series: readable prefix, then a hash of the key and the start second, so that a
 /// repeated create of one series can only ever hit the same name.
 pub fn object_name(key: &KeyRef, id: KeyId, first: DateTime<Utc>) -> String {
@@ -79,10 +68,7 @@ fn or_else_owned(s: String, fallback: &str) -> String {
 
 /// The object name a snapshot is written under.
 pub fn name_of(s: &Snapshot) -> String {
-    match &s.stored_name {
-        Some(name) => name.to_string(),
-        None => object_name(&s.key.view(), s.id, s.first),
-    }
+    object_name(&s.key.view(), s.id, s.first)
 }
 
 /// The `eventseries.dev/sources` annotation.
@@ -100,20 +86,27 @@ pub fn encode_sources(sources: &[Source]) -> String {
     out
 }
 
-/// Parses `encode_sources` output; malformed entries are skipped (they only cost exactness for one raw
-/// object, never a crash).
-pub fn decode_sources(s: &str) -> Vec<Source> {
+/// Parses `encode_sources` output; `None` if any entry is malformed (the object is then not adopted:
+/// a series object the operator wrote always parses).
+pub fn parse_sources(s: &str) -> Option<Vec<Source>> {
+    if s.is_empty() {
+        return Some(Vec::new());
+    }
     s.split(',')
-        .filter_map(|entry| {
+        .map(|entry| {
             let (raw, rest) = entry.split_once('=')?;
             let (count, last) = match rest.split_once('@') {
-                Some((c, micros)) => (c, Some(micros.trim().parse::<i64>().ok()?)),
+                Some((c, micros)) => (c, Some(micros.parse::<i64>().ok()?)),
                 None => (rest, None),
             };
+            let last = match last {
+                Some(m) => Some(DateTime::from_timestamp_micros(m)?),
+                None => None,
+            };
             Some(Source {
-                raw: raw.trim().parse::<RawId>().ok()?,
-                count: count.trim().parse().ok()?,
-                last: last.and_then(DateTime::from_timestamp_micros),
+                raw: raw.parse::<RawId>().ok()?,
+                count: count.parse().ok()?,
+                last,
             })
         })
         .collect()
@@ -122,9 +115,36 @@ pub fn decode_sources(s: &str) -> Vec<Source> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::key::ObjectRef;
+    use crate::key::fields::tests::is_dns_subdomain;
 
     #[test]
-    fn sources_round_trip_and_tolerate_garbage() {
+    fn names_are_dns_subdomains() {
+        let id = KeyId::new(42);
+        let t = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        for name in ["web-0", "Node_1", "", "..", &"A".repeat(400), "a..b", "ü"] {
+            let key = KeyRef {
+                regarding: ObjectRef {
+                    name,
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            let n = object_name(&key, id, t);
+            assert!(is_dns_subdomain(&n), "{n:?}");
+        }
+        let key = KeyRef::default();
+        let later = t + chrono::TimeDelta::seconds(1);
+        assert_ne!(object_name(&key, id, t), object_name(&key, id, later));
+        assert_ne!(
+            object_name(&key, id, t),
+            object_name(&key, KeyId::new(43), t)
+        );
+        assert_eq!(object_name(&key, id, t), object_name(&key, id, t));
+    }
+
+    #[test]
+    fn sources_round_trip_and_garbage_is_refused() {
         let src = vec![
             Source {
                 raw: RawId(0xdead_beef),
@@ -142,12 +162,16 @@ mod tests {
             text,
             "00000000deadbeef=7@1800000000123456,ffffffffffffffff=1"
         );
-        assert_eq!(decode_sources(&text), src);
-        assert_eq!(
-            decode_sources("zz=1,,00000000deadbeef=x,0000000000000001=2,0000000000000002=3@x")
-                .len(),
-            1
-        );
-        assert!(decode_sources("").is_empty());
+        assert_eq!(parse_sources(&text), Some(src));
+        for bad in [
+            "zz=1",
+            "00000000deadbeef=1,,0000000000000001=2",
+            "00000000deadbeef=x",
+            "0000000000000002=3@x",
+            "0000000000000002=3@99999999999999999999",
+        ] {
+            assert_eq!(parse_sources(bad), None, "{bad:?}");
+        }
+        assert_eq!(parse_sources(""), Some(Vec::new()));
     }
 }

@@ -30,7 +30,7 @@ impl Target {
     pub fn of(intent: &Intent) -> Target {
         let s = &intent.series;
         Target {
-            namespace: object::namespace(&s.namespace, &s.key.view().regarding).to_owned(),
+            namespace: s.key.view().namespace.to_owned(),
             name: object::name_of(s),
         }
     }

@@ -252,7 +252,11 @@ impl Sim {
         let mut engine = Engine::new(self.policies.clone(), Default::default());
         engine.begin_recovery();
         for obj in self.store.objects.values() {
-            let p = object::decode(obj).expect("own objects parse");
+            let check = object::Check {
+                now: self.now,
+                tolerance: chrono::TimeDelta::minutes(10),
+            };
+            let p = object::decode(obj, check).expect("own objects pass the checks");
             engine.restore(self.now, p);
         }
         let mut listed: Vec<_> = self

@@ -1,28 +1,52 @@
-//! Field rules: each value the events.k8s.io/v1 API would reject (apiserver `ValidateEventCreate` and
-//! `ValidateEventUpdate`) is mapped to one it accepts. None drops the event, and every rule is
-//! idempotent (mapping a mapped value changes nothing), because a series rebuilt after a restart is
-//! written from its own object and the mapped fields are immutable.
+//! Field rules: how long each string of an event may be, and how each value the events.k8s.io/v1 API
+//! would reject (apiserver `ValidateEventCreate` and `ValidateEventUpdate`) is mapped to one it
+//! accepts.
+//!
+//! Two stages use them. Normalisation cuts every string of a raw event to its limit (the constants below)
+//! before anything is stored, so a tenant's 1 MB message costs no more than a short one. The key's id
+//! and the series object then use the mapped values, so that the id can be recomputed from a stored
+//! object's own fields (which is how recovery tells a genuine series object from a copy). None drops
+//! the event, and every rule is idempotent (mapping a mapped value changes nothing), because a series
+//! rebuilt after a restart is written from its own object and the mapped fields are immutable.
 //!
 //! | field | API rule | mapping |
 //! |---|---|---|
 //! | `metadata.name` | DNS-1123 subdomain, ≤ 253 | `<regarding name, sanitised, ≤ 200>.<16 hex of key and start>` |
-//! | `metadata.namespace` | for a cluster-scoped `regarding`: `default` or `kube-system` | the raw event's namespace; `default` when the regarding object is cluster-scoped and the raw namespace is neither |
+//! | `metadata.namespace` | for a cluster-scoped `regarding`: `default` or `kube-system` | always the raw event's namespace, which the API holds to the same rule for core/v1 Events |
 //! | `reportingController` | required, a qualified name (`[prefix/]name`, name ≤ 63) | invalid characters become `-`, ends trimmed, name cut to 63, prefix lower-cased to a DNS subdomain or dropped; empty becomes `unknown` |
 //! | `reportingInstance` | required, ≤ 128 | empty becomes the reportingController; cut to 128 bytes |
 //! | `action` | required, ≤ 128 | empty becomes the reason (legacy events have no action); cut to 128 bytes |
 //! | `reason` | required, ≤ 128 | empty becomes `Unknown`; cut to 128 bytes |
-//! | `note` | ≤ 1024 | cut to 1021 bytes plus `...` |
+//! | `note` | ≤ 1024 | cut to 1024 bytes |
 //! | `type` | `Normal` or `Warning` | empty becomes `Normal`; anything else `Warning` |
 //! | `eventTime` | required, immutable | the series start |
 //! | `series` | count ≥ 2, lastObservedTime required | count (at least 2, at most 2³¹−1), latest occurrence |
 //! | deprecated fields | must be unset | never set |
+//! | `regarding`, `related` | no limit in the API | cut at normalisation: apiVersion 317, kind 63, namespace 63, name 253, uid 128, fieldPath 512 bytes |
 //!
 //! Cuts happen on a character boundary, so unicode stays valid.
 
+use std::borrow::Cow;
+
+/// reason, action and reportingInstance.
 pub(crate) const LENGTH_LIMIT: usize = 128;
-const NOTE_LIMIT: usize = 1024;
+pub(crate) const NOTE_LIMIT: usize = 1024;
 const QUALIFIED_NAME_LIMIT: usize = 63;
 const DNS_SUBDOMAIN_LIMIT: usize = 253;
+/// A qualified name: a DNS subdomain prefix, `/`, a name.
+pub(crate) const CONTROLLER_LIMIT: usize = DNS_SUBDOMAIN_LIMIT + 1 + QUALIFIED_NAME_LIMIT;
+
+/// Byte limits of the fields of an object reference. The API validates none of them in an Event, so
+/// these are the limits of what they name: a group/version, a kind, a namespace (a DNS label), an
+/// object name (a DNS subdomain), a uid, and a field path with room for a container name.
+pub(crate) mod reference {
+    pub const API_VERSION: usize = super::CONTROLLER_LIMIT;
+    pub const KIND: usize = 63;
+    pub const NAMESPACE: usize = 63;
+    pub const NAME: usize = super::DNS_SUBDOMAIN_LIMIT;
+    pub const UID: usize = 128;
+    pub const FIELD_PATH: usize = 512;
+}
 
 /// Longest prefix of `s` of at most `max` bytes that ends on a character boundary.
 pub(crate) fn cut(s: &str, max: usize) -> &str {
@@ -76,6 +100,34 @@ fn qualified_part(s: &str) -> String {
     trim(cut(&trim(&mapped), QUALIFIED_NAME_LIMIT))
 }
 
+/// Maps a reporting controller to a valid qualified name (see the module table), borrowing it when it
+/// already is one (the common case, on the path of every occurrence).
+pub fn reporting_controller_cow(s: &str) -> Cow<'_, str> {
+    let valid = |name: &str| {
+        !name.is_empty()
+            && name.len() <= QUALIFIED_NAME_LIMIT
+            && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+            && name
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+    };
+    let ok = match s.split_once('/') {
+        None => valid(s),
+        Some((prefix, name)) => {
+            valid(name)
+                && !prefix.is_empty()
+                && prefix.len() <= DNS_SUBDOMAIN_LIMIT
+                && dns_subdomain(prefix, DNS_SUBDOMAIN_LIMIT) == prefix
+        }
+    };
+    if ok {
+        Cow::Borrowed(s)
+    } else {
+        Cow::Owned(reporting_controller(s))
+    }
+}
+
 /// Maps a reporting controller to a valid qualified name (see the module table).
 pub fn reporting_controller(s: &str) -> String {
     let (prefix, name) = match s.split_once('/') {
@@ -90,11 +142,8 @@ pub fn reporting_controller(s: &str) -> String {
 }
 
 /// Maps a note to at most 1024 bytes.
-pub fn note(s: &str) -> String {
-    if s.len() <= NOTE_LIMIT {
-        return s.to_owned();
-    }
-    format!("{}...", cut(s, NOTE_LIMIT - 3))
+pub fn note(s: &str) -> &str {
+    cut(s, NOTE_LIMIT)
 }
 
 pub fn event_type(s: &str) -> &'static str {
@@ -105,11 +154,38 @@ pub fn event_type(s: &str) -> &'static str {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use crate::key::{KeyId, KeyRef, ObjectRef};
-    use crate::object::{namespace, object_name};
-    use chrono::DateTime;
+
+    #[test]
+    fn the_borrowing_controller_mapping_agrees_with_the_owned_one() {
+        for s in [
+            "kubelet",
+            "default-scheduler",
+            "example.com/my-ctl",
+            "",
+            "my controller!",
+            "Example.COM/x y",
+            "/x",
+            "a/",
+            "---",
+            "ünïcödé",
+            "a/b/c",
+            "a..b/c",
+            "-a/b",
+            "x_y.z",
+        ] {
+            assert_eq!(
+                reporting_controller_cow(s),
+                reporting_controller(s),
+                "{s:?}"
+            );
+        }
+        assert!(matches!(
+            reporting_controller_cow("kubelet"),
+            Cow::Borrowed(_)
+        ));
+    }
 
     /// The apiserver's `IsQualifiedName`, restated as the spec reads, to check the mapping against.
     fn is_qualified_name(s: &str) -> bool {
@@ -133,7 +209,7 @@ mod tests {
         name_ok && prefix.is_none_or(is_dns_subdomain)
     }
 
-    fn is_dns_subdomain(s: &str) -> bool {
+    pub(crate) fn is_dns_subdomain(s: &str) -> bool {
         !s.is_empty()
             && s.len() <= 253
             && s.split('.').all(|l| {
@@ -178,7 +254,7 @@ mod tests {
         let long = "é".repeat(2000);
         let once = note(&long);
         assert!(once.len() <= 1024);
-        assert_eq!(note(&once), once);
+        assert_eq!(note(once), once);
     }
 
     #[test]
@@ -186,50 +262,7 @@ mod tests {
         let s = "ü".repeat(100); // 200 bytes
         let c = cut(&s, 127);
         assert_eq!(c.len(), 126);
-        assert!(note(&"€".repeat(1000)).ends_with("..."));
-    }
-
-    #[test]
-    fn names_are_dns_subdomains() {
-        let id = KeyId::new(42);
-        let t = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
-        for name in ["web-0", "Node_1", "", "..", &"A".repeat(400), "a..b", "ü"] {
-            let key = KeyRef {
-                regarding: ObjectRef {
-                    name,
-                    ..Default::default()
-                },
-                ..Default::default()
-            };
-            let n = object_name(&key, id, t);
-            assert!(is_dns_subdomain(&n), "{n:?}");
-        }
-        let key = KeyRef::default();
-        let later = t + chrono::TimeDelta::seconds(1);
-        assert_ne!(object_name(&key, id, t), object_name(&key, id, later));
-        assert_ne!(
-            object_name(&key, id, t),
-            object_name(&key, KeyId::new(43), t)
-        );
-        assert_eq!(object_name(&key, id, t), object_name(&key, id, t));
-    }
-
-    #[test]
-    fn cluster_scoped_regarding_goes_to_default() {
-        let node = ObjectRef {
-            kind: "Node",
-            name: "n1",
-            ..Default::default()
-        };
-        assert_eq!(namespace("default", &node), "default");
-        assert_eq!(namespace("kube-system", &node), "kube-system");
-        assert_eq!(namespace("team-a", &node), "default");
-        let pod = ObjectRef {
-            kind: "Pod",
-            namespace: "team-a",
-            ..Default::default()
-        };
-        assert_eq!(namespace("team-a", &pod), "team-a");
+        assert_eq!(note(&"€".repeat(1000)).len(), 1023);
     }
 
     #[test]
