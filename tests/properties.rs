@@ -46,3 +46,68 @@ proptest! {
         prop_assert_eq!(stats.series_started, stats.series_finished);
     }
 }
+
+/// What may happen to the operator between occurrences, beside time passing.
+#[derive(Clone, Debug)]
+enum Fault {
+    /// `n` occurrences (at least 2, so they never stand alone) on a new raw object of key `key`.
+    Burst {
+        key: u8,
+        n: u8,
+    },
+    Wait(u8),
+    /// A relist: every raw object read again (the bounded table has forgotten most).
+    Relist,
+    /// The operator restarts and rebuilds from its objects and the raw events.
+    Restart,
+    /// `isomorphism.includeNote` switched, live: the keys change.
+    ToggleNote,
+}
+
+fn fault_strategy() -> impl Strategy<Value = Fault> {
+    prop_oneof![
+        8 => (0u8..5, 2u8..5).prop_map(|(key, n)| Fault::Burst { key, n }),
+        4 => (1u8..40).prop_map(Fault::Wait),
+        1 => Just(Fault::Relist),
+        1 => Just(Fault::Restart),
+        1 => Just(Fault::ToggleNote),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Random raw-table evictions, relists, restarts and includeNote toggles against an oracle that
+    /// counts each occurrence once: every occurrence fed ends up in exactly one series object.
+    #[test]
+    fn evictions_restarts_and_toggles_count_each_occurrence_once(faults in prop::collection::vec(fault_strategy(), 1..60)) {
+        use event_series::config::settings::PolicySet;
+        use event_series::engine::EngineConfig;
+        let config = EngineConfig { raw_capacity: 3, ..EngineConfig::default() };
+        let mut sim = Sim::with_config(PolicySet::uniform(fast_settings()), config);
+        let (mut include_note, mut raws) = (false, 0u32);
+        for f in &faults {
+            match *f {
+                Fault::Burst { key, n } => {
+                    raws += 1;
+                    let raw = format!("k{key}-r{raws}");
+                    sim.occur_n("ns", &raw, &format!("pod-{key}"), "BackOff", key % 2 == 0, n as i32);
+                }
+                Fault::Wait(s) => sim.advance(TimeDelta::seconds(s as i64), TimeDelta::seconds(1)),
+                Fault::Relist => sim.relist(),
+                Fault::Restart => sim.restart(),
+                Fault::ToggleNote => {
+                    include_note = !include_note;
+                    sim.set_policies(PolicySet::uniform(event_series::config::settings::Settings {
+                        include_note,
+                        ..fast_settings()
+                    }));
+                }
+            }
+        }
+        sim.advance(TimeDelta::seconds(120), TimeDelta::seconds(1));
+        let in_objects: u64 = sim.store.counts_by_key().values().sum();
+        prop_assert_eq!(in_objects, sim.fed);
+        prop_assert_eq!(sim.engine.active_series(), 0);
+    }
+}

@@ -29,7 +29,9 @@ impl Engine {
         let Some(series) = slot.series.get(at.ns, &id) else {
             return false;
         };
-        if t <= series.tally.last.saturating_add(at.window) || (recovering && series.restored) {
+        if t <= series.tally.last.saturating_add(at.window)
+            || (recovering && series.restored.is_some())
+        {
             series.tally.add(obs.raw, obs.count, delta, t, at.seen);
             return true;
         }
@@ -55,7 +57,7 @@ impl Engine {
             tally,
             next_heartbeat: micros(now + interval - jitter(id, interval / 4)),
             timer_due: 0,
-            restored: false,
+            restored: None,
         };
         self.stats.series_started += 1;
         let snap = self.snapshot(id, &series, SeriesState::Ongoing, now);

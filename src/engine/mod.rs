@@ -227,13 +227,32 @@ impl Engine {
         let (ns, slot_idx) = self.namespace(obs.namespace);
         let settings = self.policies.settings(slot_idx).clone();
         let id = obs.key.id(settings.include_note.then_some(obs.note));
+        // The id the key would have with `includeNote` the other way round.
+        let other = obs.key.id((!settings.include_note).then_some(obs.note));
         let (recovery, slot) = (self.recovery.as_ref(), &self.slots[slot_idx]);
+        // Replayed after a restart, an occurrence joins the series its key had before
+        // `includeNote` was switched, as it did in the process that counted it.
+        let id = match recovery {
+            Some(_)
+                if slot.series.peek(ns, &id).is_none()
+                    && slot
+                        .series
+                        .peek(ns, &other)
+                        .is_some_and(|s| s.restored.is_some()) =>
+            {
+                other
+            }
+            _ => id,
+        };
         // A raw object this process does not remember (new, forgotten by the bounded table, or
-        // first read after a restart) is measured against what was already counted from it.
+        // first read after a restart) is measured against what was already counted from it: under
+        // its key, or under the key it had before `includeNote` was switched.
         let baseline = || {
             let restored = recovery.map_or((0, None), |r| r.baseline(id, obs));
-            let noted = slot
-                .recorded(ns, &id, obs.raw)
+            let noted = [id, other]
+                .iter()
+                .filter_map(|k| slot.recorded(ns, k, obs.raw))
+                .max()
                 .map_or((0, None), |(c, last)| (c.min(obs.count), Some(last)));
             if noted.0 > restored.0 {
                 noted
@@ -314,7 +333,7 @@ impl Engine {
             } else {
                 now
             };
-            (t, t.max(self.clock.unwrap_or(t)).min(now))
+            (t, t.max(self.clock.unwrap_or(now)).min(now))
         };
         (t, seen, t.saturating_sub(last))
     }

@@ -22,18 +22,23 @@
 
 use super::Engine;
 use super::lifecycle::jitter;
-use super::storage::{Micros, Series, Sources, Src, Tally, micros};
-use crate::intent::{FinishCause, MAX_SOURCES, SeriesState, StoredSeries};
+use super::storage::{Dormant, Micros, Series, Sources, Src, Tally, micros};
+use crate::intent::{FinishCause, Intent, MAX_SOURCES, SeriesState, StoredSeries, WriteKind};
 use crate::key::{KeyId, Observation, RawId};
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 
-/// What the stored series objects of one key say about its raw objects: every raw state up to the
-/// highest watermark was absorbed, and each recorded source count was.
+/// What the stored series objects of one key say about its raw objects: each recorded source count
+/// was absorbed; and, when an object's sources were full (older ones pushed out), every raw state up
+/// to the highest watermark was too.
 #[derive(Default)]
 struct Evidence {
     watermark: u64,
     sources: HashMap<RawId, (u64, Option<DateTime<Utc>>)>,
+    /// An object listed [`MAX_SOURCES`]: a raw object missing from the sources may have been
+    /// pushed out. Otherwise one missing was not counted under this key (it may have been under
+    /// another, before `includeNote` changed, and never written).
+    truncated: bool,
 }
 
 /// What the stored series objects say about one raw object, whatever key it was counted under.
@@ -62,7 +67,7 @@ impl Recovery {
         let by_key = match self.evidence.get(&id) {
             None => (0, None),
             Some(e) => match obs.resource_version {
-                Some(rv) if rv <= e.watermark => full,
+                Some(rv) if e.truncated && rv <= e.watermark => full,
                 _ => e.sources.get(&obs.raw).map_or((0, None), |(c, last)| {
                     ((*c).min(obs.count), last.map(micros))
                 }),
@@ -90,6 +95,7 @@ impl Engine {
         if let Some(recovery) = self.recovery.as_mut() {
             let evidence = recovery.evidence.entry(p.id).or_default();
             evidence.watermark = evidence.watermark.max(p.watermark);
+            evidence.truncated |= p.sources.len() >= MAX_SOURCES;
             for src in &p.sources {
                 let known = evidence.sources.entry(src.raw).or_insert((0, None));
                 if src.count >= known.0 {
@@ -102,10 +108,21 @@ impl Engine {
                 }
             }
         }
+        let (ns, slot_idx) = self.namespace(&p.namespace);
         if p.state != SeriesState::Ongoing {
+            // Its key stays dormant with what it counted, as when it finished in this process.
+            let max = self.policies.settings(slot_idx).max_candidates();
+            let slot = &mut self.slots[slot_idx];
+            if slot.series.peek(ns, &p.id).is_none() && slot.candidates.peek(&p.id).is_none() {
+                let sources = p.sources.iter().take(MAX_SOURCES).map(Src::of).collect();
+                let last = micros(p.last.max(p.first));
+                match slot.dormant.peek_mut(&p.id) {
+                    Some(d) if d.last >= last => {}
+                    _ => slot.make_dormant(p.id, Dormant { ns, last, sources }, max),
+                }
+            }
             return;
         }
-        let (ns, slot_idx) = self.namespace(&p.namespace);
         let interval = self.policies.settings(slot_idx).heartbeat_interval;
         let id = p.id;
         let first = micros(p.first);
@@ -126,7 +143,7 @@ impl Engine {
             },
             next_heartbeat: micros(next_heartbeat),
             timer_due: 0,
-            restored: true,
+            restored: Some(p.count),
         };
         match self.slots[slot_idx].series.peek(ns, &id) {
             // Two Ongoing objects for one key (a lost Finish write): keep the newer, finish the older
@@ -146,8 +163,34 @@ impl Engine {
     /// Ends a rebuild: from now on a raw object the engine has not seen is new. The input is known
     /// complete up to `input` (the snapshot of the list replayed): a series quiet since before that
     /// is finished now, one whose next occurrence may still come through the watch is not.
+    ///
+    /// A restored series that the replay extended is written at once, so that its object holds what
+    /// was counted: a second restart before its next heartbeat must not depend on raw objects still
+    /// holding what the first one read (one raw object may feed the series of two keys, when
+    /// `includeNote` changed between them).
     pub fn end_recovery(&mut self, now: DateTime<Utc>, input: DateTime<Utc>) {
         self.recovery = None;
+        let mut grown = Vec::new();
+        for slot in &mut self.slots {
+            for (id, s) in slot.series.iter_mut() {
+                if s.restored
+                    .take()
+                    .is_some_and(|stored| s.tally.count > stored)
+                {
+                    grown.push((*id, s.tally.ns));
+                }
+            }
+        }
+        for (id, ns) in grown {
+            let slot_idx = self.namespaces.slot_of(ns);
+            if let Some(s) = self.slots[slot_idx].series.peek(ns, &id) {
+                let snap = self.snapshot(id, s, SeriesState::Ongoing, now);
+                self.intents.push(Intent {
+                    kind: WriteKind::Heartbeat,
+                    series: snap,
+                });
+            }
+        }
         self.tick_with_input(now, input);
     }
 

@@ -153,10 +153,11 @@ pub(super) struct Series {
     pub next_heartbeat: Micros,
     /// Due time of the series' one live timer; other timers for the key are stale.
     pub timer_due: Micros,
-    /// Rebuilt from its object. While recovering, its stored `last` is older than the occurrences
-    /// the raw events still hold for it, so no gap is judged against it: had the live engine seen a
-    /// gap, the object would have been written Finished.
-    pub restored: bool,
+    /// Rebuilt from its object (`Some` of the count it held), until the recovery ends. While
+    /// recovering, its stored `last` is older than the occurrences the raw events still hold for
+    /// it, so no gap is judged against it: had the live engine seen a gap, the object would have
+    /// been written Finished.
+    pub restored: Option<u64>,
 }
 
 impl Series {
@@ -445,7 +446,6 @@ impl Engine {
     /// store. The shell calls it on its own schedule; nothing here makes an intent or counts an
     /// occurrence.
     pub fn housekeep(&mut self, now: DateTime<Utc>) {
-        self.free_namespaces();
         let retention = self.config.dormant_retention;
         for slot in &mut self.slots {
             while slot
@@ -459,6 +459,7 @@ impl Engine {
             shrink(&mut slot.candidates);
             shrink(&mut slot.dormant);
         }
+        self.free_namespaces();
         self.raw.shrink();
         self.timers.shrink();
         if self.keys.wants_compaction() {

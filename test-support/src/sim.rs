@@ -4,7 +4,7 @@
 use crate::raw::{Occurrences, app_container, kubelet};
 use chrono::{DateTime, TimeDelta, Utc};
 use event_series::config::settings::{PolicySet, Settings};
-use event_series::engine::Engine;
+use event_series::engine::{Engine, EngineConfig};
 use event_series::intent::{Intent, SeriesState, WriteKind};
 use event_series::key;
 use event_series::object::to_event;
@@ -147,13 +147,19 @@ pub struct Sim {
     pub intents: Vec<Intent>,
     pub fed: u64,
     policies: PolicySet,
+    config: EngineConfig,
+    /// How far the emitters' clocks are off: added to every timestamp they write.
+    pub skew: TimeDelta,
 }
 
 impl Sim {
     pub fn new(settings: Settings) -> Sim {
-        let policies = PolicySet::uniform(settings);
+        Sim::with_config(PolicySet::uniform(settings), EngineConfig::default())
+    }
+
+    pub fn with_config(policies: PolicySet, config: EngineConfig) -> Sim {
         Sim {
-            engine: Engine::new(policies.clone(), Default::default()),
+            engine: Engine::new(policies.clone(), config),
             store: Store::default(),
             now: t0(),
             rv: 1000,
@@ -161,7 +167,16 @@ impl Sim {
             intents: Vec::new(),
             fed: 0,
             policies,
+            config,
+            skew: TimeDelta::zero(),
         }
+    }
+
+    /// Applies new policies live; a restart keeps them.
+    pub fn set_policies(&mut self, policies: PolicySet) {
+        self.policies = policies.clone();
+        self.engine.set_policies(self.now, policies);
+        self.flush();
     }
 
     fn feed(&mut self, ev: &Event) {
@@ -193,7 +208,7 @@ impl Sim {
     ) {
         self.rv += 1;
         self.fed += n as u64;
-        let now = self.now;
+        let now = self.now + self.skew;
         let ev = match self.raws.get_mut(raw) {
             Some(ev) => {
                 if let Some(s) = ev.series.as_mut() {
@@ -249,7 +264,7 @@ impl Sim {
 
     /// Kills the engine and rebuilds a new one from the stored series objects and the raw events.
     pub fn restart(&mut self) {
-        let mut engine = Engine::new(self.policies.clone(), Default::default());
+        let mut engine = Engine::new(self.policies.clone(), self.config);
         engine.begin_recovery();
         for obj in self.store.objects.values() {
             let check = object::Check {

@@ -1,0 +1,297 @@
+//! Untrusted tenants and lying clocks, on the engine alone: fair bounds across namespaces, emitters
+//! whose clocks are minutes off, exact counts under a bounded raw-count table and across a policy
+//! change and a restart, and series objects read back as claims.
+
+use chrono::{DateTime, TimeDelta, Utc};
+use event_series::config::settings::{PolicySet, Settings};
+use event_series::engine::{Engine, EngineConfig};
+use event_series::intent::{FinishCause, WriteKind};
+use event_series::key;
+use event_series::object::{self, Check, DecodeError};
+use event_series_test_support::sim::*;
+use k8s_openapi::api::events::v1 as events;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use std::collections::BTreeMap;
+
+fn secs(s: i64) -> TimeDelta {
+    TimeDelta::seconds(s)
+}
+
+/// Objects by namespace, then by regarding name: their counts.
+fn counts(sim: &Sim) -> BTreeMap<(String, String), Vec<u64>> {
+    let mut out: BTreeMap<(String, String), Vec<u64>> = BTreeMap::new();
+    for ((ns, _), ev) in &sim.store.objects {
+        let pod = ev.regarding.as_ref().and_then(|r| r.name.clone());
+        let count = ev.series.as_ref().map_or(0, |s| s.count as u64);
+        out.entry((ns.clone(), pod.unwrap_or_default()))
+            .or_default()
+            .push(count);
+    }
+    out
+}
+
+fn evictions_in(sim: &Sim, ns: &str) -> usize {
+    sim.intents
+        .iter()
+        .filter(|i| i.kind == WriteKind::Finish(FinishCause::Evicted) && &*i.series.namespace == ns)
+        .count()
+}
+
+/// A quiet namespace's three slow loops and a flood of 100 new keys in another namespace under
+/// `maxActiveSeries: 20`: the flood gives up its own series, the quiet loops keep one object each
+/// with every occurrence.
+#[test]
+fn a_flood_in_one_namespace_never_gives_up_a_quiet_namespaces_series() {
+    let mut sim = Sim::new(Settings {
+        max_active_series: 20,
+        ..Settings::default()
+    });
+    let mut fed_quiet = BTreeMap::new();
+    let mut flood = 0;
+    for second in 0..600 {
+        if second % 60 == 0 {
+            for q in 0..3 {
+                let pod = format!("quiet-{q}");
+                sim.occur("quiet", &format!("{pod}.raw"), &pod, "BackOff", false);
+                *fed_quiet.entry(pod).or_insert(0u64) += 1;
+            }
+        }
+        if second % 2 == 0 && flood < 100 {
+            let pod = format!("flood-{flood}");
+            sim.occur_n("flood", &format!("{pod}.raw"), &pod, "BackOff", false, 2);
+            flood += 1;
+        }
+        sim.advance(secs(1), secs(1));
+    }
+    sim.advance(TimeDelta::minutes(10), secs(5));
+    let c = counts(&sim);
+    for (pod, fed) in &fed_quiet {
+        assert_eq!(
+            c.get(&("quiet".to_owned(), pod.clone())),
+            Some(&vec![*fed]),
+            "{pod}: one object with every occurrence"
+        );
+    }
+    assert_eq!(evictions_in(&sim, "quiet"), 0);
+    assert!(evictions_in(&sim, "flood") >= 80);
+    assert_eq!(
+        sim.engine.stats().evicted_by_policy as usize,
+        evictions_in(&sim, "flood")
+    );
+}
+
+#[test]
+fn max_active_series_per_namespace_caps_one_namespace_alone() {
+    let mut sim = Sim::new(Settings {
+        max_active_series_per_namespace: 10,
+        ..Settings::default()
+    });
+    for i in 0..30 {
+        let pod = format!("flood-{i}");
+        sim.occur_n("flood", &format!("{pod}.raw"), &pod, "BackOff", false, 2);
+        let pod = format!("other-{i}");
+        if i < 5 {
+            sim.occur_n("other", &format!("{pod}.raw"), &pod, "BackOff", false, 2);
+        }
+        sim.advance(secs(1), secs(1));
+    }
+    assert_eq!(sim.engine.active_series(), 15);
+    assert_eq!(evictions_in(&sim, "flood"), 20);
+    assert_eq!(evictions_in(&sim, "other"), 0);
+    let stats = sim.engine.stats();
+    assert_eq!(
+        (stats.evicted_by_namespace, stats.evicted_by_policy),
+        (20, 0)
+    );
+}
+
+/// Emitters whose clocks are 7 minutes behind and 5 minutes ahead of the operator's: each loop
+/// gets one series with every occurrence, finished once after it goes quiet.
+#[test]
+fn emitters_with_clocks_minutes_off_get_their_series_with_exact_counts() {
+    for skew in [secs(-7 * 60), secs(5 * 60), secs(-11 * 60), secs(30 * 60)] {
+        let mut sim = Sim::new(Settings::default());
+        sim.skew = skew;
+        for _ in 0..18 {
+            sim.occur("a", "web-0.raw", "web-0", "BackOff", false);
+            sim.occur("a", "job-0.raw", "job-0", "Failed", true);
+            sim.advance(secs(10), secs(1));
+        }
+        sim.advance(TimeDelta::minutes(10), secs(5));
+        let c = counts(&sim);
+        for pod in ["web-0", "job-0"] {
+            assert_eq!(
+                c.get(&("a".to_owned(), pod.to_owned())),
+                Some(&vec![18]),
+                "skew {skew}: {pod}"
+            );
+        }
+        let stats = sim.engine.stats();
+        assert_eq!(stats.dropped_stale, 0, "skew {skew}");
+        assert_eq!(
+            sim.count_kinds(),
+            (2, 0, 2),
+            "skew {skew}: creates, heartbeats, finishes"
+        );
+    }
+}
+
+/// `includeNote` switched on live, then the operator restarted: no occurrence is counted twice,
+/// though the series after the switch is a new key.
+#[test]
+fn include_note_toggled_live_and_a_restart_count_nothing_twice() {
+    let mut sim = Sim::new(Settings::default());
+    for round in 0..3 {
+        for _ in 0..5 {
+            sim.occur("a", "web-0.raw", "web-0", "BackOff", false);
+            sim.occur("a", &format!("job-{round}.raw"), "job", "Failed", true);
+            sim.advance(secs(10), secs(1));
+        }
+        let include_note = round % 2 == 0;
+        sim.set_policies(PolicySet::uniform(Settings {
+            include_note,
+            ..Settings::default()
+        }));
+        sim.restart();
+    }
+    sim.advance(TimeDelta::minutes(10), secs(5));
+    let total: u64 = counts(&sim).values().flatten().sum();
+    assert_eq!(total, sim.fed);
+}
+
+/// A raw-count table of 2 objects, many raw objects, relists and a restart: an object forgotten by
+/// the table and seen again is measured against its key's record, never counted from zero.
+#[test]
+fn raw_objects_forgotten_by_a_bounded_table_are_not_counted_again() {
+    let config = EngineConfig {
+        raw_capacity: 2,
+        ..EngineConfig::default()
+    };
+    let mut sim = Sim::with_config(PolicySet::uniform(Settings::default()), config);
+    for round in 0..6 {
+        for pod in 0..4 {
+            let p = format!("web-{pod}");
+            sim.occur_n("a", &format!("{p}.raw"), &p, "BackOff", false, 2);
+        }
+        sim.advance(secs(20), secs(1));
+        match round {
+            2 => sim.restart(),
+            _ => sim.relist(),
+        }
+    }
+    sim.advance(TimeDelta::minutes(10), secs(5));
+    assert!(sim.engine.stats().raw_evicted > 0);
+    let c = counts(&sim);
+    for pod in 0..4 {
+        let key = ("a".to_owned(), format!("web-{pod}"));
+        assert_eq!(c.get(&key), Some(&vec![12]), "{key:?}");
+    }
+}
+
+/// The namespaces table forgets a namespace that went away once nothing of it is left.
+#[test]
+fn the_namespaces_table_shrinks_when_namespaces_go() {
+    let mut engine = Engine::with_settings(Settings {
+        finish_after: secs(20),
+        series_window: secs(20),
+        ..Settings::default()
+    });
+    let t = t0();
+    for ns in ["a", "b", "c"] {
+        let ev = legacy(ns, "r", pod(ns, "p"), "BackOff", 2, t, t);
+        engine.observe(t, &key::normalise(&ev).unwrap());
+    }
+    assert_eq!(engine.namespaces_known(), 3);
+    engine.namespace_removed("b");
+    engine.housekeep(t);
+    assert_eq!(engine.namespaces_known(), 3, "b still has a series");
+    engine.tick(t + secs(30));
+    engine.housekeep(t + TimeDelta::hours(2));
+    assert_eq!(engine.namespaces_known(), 2);
+    // A namespace of the same name created again starts afresh.
+    let ev = legacy(
+        "b",
+        "r2",
+        pod("b", "p"),
+        "BackOff",
+        2,
+        t,
+        t + TimeDelta::hours(2),
+    );
+    engine.observe(t + TimeDelta::hours(2), &key::normalise(&ev).unwrap());
+    assert_eq!(engine.namespaces_known(), 3);
+}
+
+fn genuine() -> (events::Event, DateTime<Utc>) {
+    let mut sim = Sim::new(Settings::default());
+    sim.occur_n("victim", "web-0.raw", "web-0", "BackOff", false, 3);
+    let obj = sim.store.objects.values().next().cloned().unwrap();
+    (obj, sim.now)
+}
+
+fn check(now: DateTime<Utc>) -> Check {
+    Check {
+        now,
+        tolerance: TimeDelta::minutes(10),
+    }
+}
+
+#[test]
+fn a_series_object_copied_into_another_namespace_is_not_adopted() {
+    let (obj, now) = genuine();
+    assert!(object::decode(&obj, check(now)).is_ok());
+    let mut copy = obj.clone();
+    copy.metadata.namespace = Some("tenant".into());
+    let e = object::decode(&copy, check(now)).unwrap_err();
+    assert_eq!(e.reason(), "key_mismatch", "{e}");
+    // Its regarding rewritten to the tenant's namespace too: the key label still names the victim.
+    if let Some(r) = copy.regarding.as_mut() {
+        r.namespace = Some("tenant".into());
+    }
+    assert_eq!(
+        object::decode(&copy, check(now)).unwrap_err().reason(),
+        "key_mismatch"
+    );
+    let mut edited = obj.clone();
+    edited.reason = Some("Other".into());
+    assert_eq!(
+        object::decode(&edited, check(now)).unwrap_err().reason(),
+        "key_mismatch"
+    );
+}
+
+#[test]
+fn a_series_object_under_another_name_or_with_bad_annotations_is_not_adopted() {
+    let (obj, now) = genuine();
+    let mut renamed = obj.clone();
+    renamed.metadata.name = Some("web-0.0000000000000000".into());
+    assert!(matches!(
+        object::decode(&renamed, check(now)),
+        Err(DecodeError::NameMismatch { .. })
+    ));
+    let mut garbled = obj.clone();
+    if let Some(a) = garbled.metadata.annotations.as_mut() {
+        a.insert("eventseries.dev/sources".into(), "not-a-source".into());
+    }
+    assert_eq!(
+        object::decode(&garbled, check(now)).unwrap_err().reason(),
+        "unparsable"
+    );
+}
+
+#[test]
+fn a_far_future_time_in_a_series_object_is_clamped_to_now() {
+    let (mut obj, now) = genuine();
+    let far = now + TimeDelta::days(3650);
+    if let Some(s) = obj.series.as_mut() {
+        s.last_observed_time = MicroTime(jiff(far));
+    }
+    let claim = object::decode(&obj, check(now)).unwrap();
+    assert_eq!(claim.last, now);
+    // Within the tolerance it is kept.
+    let near = now + TimeDelta::minutes(5);
+    if let Some(s) = obj.series.as_mut() {
+        s.last_observed_time = MicroTime(jiff(near));
+    }
+    assert_eq!(object::decode(&obj, check(now)).unwrap().last, near);
+}
