@@ -295,3 +295,28 @@ fn a_far_future_time_in_a_series_object_is_clamped_to_now() {
     }
     assert_eq!(object::decode(&obj, check(now)).unwrap().last, near);
 }
+
+/// One raw object feeds the series of two keys (`includeNote` switched between them), and the
+/// operator restarts while both are Ongoing: still every occurrence once.
+#[test]
+fn one_raw_object_across_an_include_note_switch_and_a_restart_counts_exactly() {
+    let mut sim = Sim::new(Settings::default());
+    let burst = |sim: &mut Sim| {
+        for _ in 0..5 {
+            sim.occur("a", "web-0.raw", "web-0", "BackOff", false);
+            sim.advance(secs(1), secs(1));
+        }
+    };
+    burst(&mut sim);
+    sim.set_policies(PolicySet::uniform(Settings {
+        include_note: true,
+        ..Settings::default()
+    }));
+    burst(&mut sim);
+    sim.restart();
+    burst(&mut sim);
+    sim.advance(TimeDelta::minutes(10), secs(5));
+    let c = counts(&sim);
+    let objects = &c[&("a".to_owned(), "web-0".to_owned())];
+    assert_eq!(objects.iter().sum::<u64>(), 15, "{objects:?}");
+}

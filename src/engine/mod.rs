@@ -62,7 +62,7 @@ mod storage;
 mod timers;
 
 use crate::config::{PolicySet, Settings, SlotIdx};
-use crate::intent::{Intent, SeriesState, Snapshot};
+use crate::intent::{Intent, SeriesState, Snapshot, WriteKind};
 use crate::key::store::KeyStore;
 use crate::key::{KeyId, Observation, RawId};
 use chrono::{DateTime, TimeDelta, Utc};
@@ -367,8 +367,8 @@ impl Engine {
     /// `maxActiveSeries` are finished early, candidates beyond a lower bound evicted. A change of
     /// `includeNote` applies to keys seen after it.
     pub fn set_policies(&mut self, now: DateTime<Utc>, policies: PolicySet) {
-        self.policies = policies;
-        self.rebuild(now);
+        let old = std::mem::replace(&mut self.policies, policies);
+        self.rebuild(now, &old);
     }
 
     /// Records a namespace's labels (for `namespaceSelector`) and moves its series if its policy
@@ -388,7 +388,8 @@ impl Engine {
             }
         };
         if moved {
-            self.rebuild(now);
+            let same = self.policies.clone();
+            self.rebuild(now, &same);
         }
     }
 
@@ -403,14 +404,19 @@ impl Engine {
     }
 
     /// Moves every key to the slot its namespace resolves to now, within that slot's bounds.
-    fn rebuild(&mut self, now: DateTime<Utc>) {
+    ///
+    /// A series whose `includeNote` changes is written at once: its occurrences from now on go to
+    /// another key, and one raw object may then feed both. Its object must hold what it counted
+    /// under the old key, or a restart could not tell the two apart.
+    fn rebuild(&mut self, now: DateTime<Utc>, old_policies: &PolicySet) {
         let policies = &self.policies;
         self.namespaces
             .resolve_all(|labels| policies.resolve(labels));
         let old: Vec<Slot> = std::mem::take(&mut self.slots);
         self.slots = (0..self.policies.slots()).map(|_| Slot::new()).collect();
         self.timers.clear();
-        for mut slot in old {
+        for (old_idx, mut slot) in old.into_iter().enumerate() {
+            let old_note = old_policies.settings(old_idx).include_note;
             // Oldest first, so that re-insertion keeps the recency order.
             while let Some((id, d)) = slot.dormant.pop_oldest() {
                 let idx = self.namespaces.slot_of(d.ns);
@@ -422,8 +428,17 @@ impl Engine {
             }
             for (id, mut s) in slot.series.drain() {
                 let idx = self.namespaces.slot_of(s.tally.ns);
-                let interval = self.policies.settings(idx).heartbeat_interval;
-                s.next_heartbeat = s.next_heartbeat.min(micros(now + interval));
+                let settings = self.policies.settings(idx);
+                s.next_heartbeat = s
+                    .next_heartbeat
+                    .min(micros(now + settings.heartbeat_interval));
+                if settings.include_note != old_note {
+                    let snap = self.snapshot(id, &s, SeriesState::Ongoing, now);
+                    self.intents.push(Intent {
+                        kind: WriteKind::Heartbeat,
+                        series: snap,
+                    });
+                }
                 self.insert_series(now, idx, id, s);
             }
         }

@@ -5,6 +5,7 @@ mod economy;
 mod ha;
 mod harness;
 mod install;
+mod isolation;
 mod network;
 mod operator;
 mod policy;

@@ -1,0 +1,349 @@
+//! Untrusted tenants on the real apiserver, each acting through a ServiceAccount token whose Role
+//! allows events in its own namespace only (and `view` on one other): forged series objects read
+//! back at a restart, a flood beside a quiet namespace under `maxActiveSeries`, emitters whose
+//! clocks are minutes off, and `includeNote` switched live with a restart in between.
+
+use crate::OPERATOR;
+use crate::operator::{count, state, wait_for, wait_for_within};
+use anyhow::{Context, Result, ensure};
+use event_series_test_support::cluster::{
+    Dedicated, TestNamespace, apply_on, client, client_for, kubeconfig, kubectl, series,
+    service_account_kubeconfig,
+};
+use event_series_test_support::raw::{Occurrences, app_container, kubelet};
+use k8s_openapi::api::core::v1::Event as CoreEvent;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::{PolicyRule, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use std::path::Path;
+use std::time::Duration;
+
+/// A tenant of namespace `ns`: ServiceAccount `tenant` with a Role for events there and the built-in
+/// `view` in `viewing`, acting with its own token.
+async fn tenant(admin: &Client, admin_kc: &Path, ns: &str, viewing: &str) -> Result<Client> {
+    let rule = |group: &str| PolicyRule {
+        api_groups: Some(vec![group.to_owned()]),
+        resources: Some(vec!["events".into()]),
+        verbs: [
+            "create", "update", "patch", "get", "list", "watch", "delete",
+        ]
+        .map(String::from)
+        .to_vec(),
+        ..Default::default()
+    };
+    let kc = service_account_kubeconfig(
+        admin,
+        admin_kc,
+        ns,
+        "tenant",
+        vec![rule(""), rule("events.k8s.io")],
+        Vec::new(),
+    )
+    .await?;
+    Api::<RoleBinding>::namespaced(admin.clone(), viewing)
+        .create(
+            &PostParams::default(),
+            &RoleBinding {
+                metadata: ObjectMeta {
+                    name: Some(format!("tenant-of-{ns}")),
+                    ..Default::default()
+                },
+                role_ref: RoleRef {
+                    api_group: Some("rbac.authorization.k8s.io".into()),
+                    kind: "ClusterRole".into(),
+                    name: "view".into(),
+                },
+                subjects: Some(vec![Subject {
+                    kind: "ServiceAccount".into(),
+                    name: "tenant".into(),
+                    namespace: Some(ns.to_owned()),
+                    ..Default::default()
+                }]),
+            },
+        )
+        .await?;
+    client_for(&kc).await
+}
+
+/// One more occurrence of raw event `name` about Pod `pod`, as a legacy recorder writes it, timed
+/// by the emitter's clock (`skew` off the real one): created at count 1, then patched.
+async fn occur(
+    api: &Api<CoreEvent>,
+    ns: &str,
+    name: &str,
+    pod: &str,
+    n: i32,
+    skew: SignedDuration,
+) -> Result<()> {
+    let at = Timestamp::now()
+        .checked_add(skew)
+        .context("timestamp out of range")?;
+    if n == 1 {
+        let regarding = app_container(ns, pod, format!("uid-{pod}"));
+        let seen = Occurrences::at(1, at);
+        let ev = kubelet(ns, name, regarding, "BackOff", "Back-off".into(), seen);
+        api.create(&PostParams::default(), &ev).await?;
+    } else {
+        let patch = serde_json::json!({"count": n, "lastTimestamp": Time(at)});
+        api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
+    }
+    Ok(())
+}
+
+/// Emitters whose clocks are 7 minutes behind and 5 minutes ahead of the operator's: each loop gets
+/// one series with every occurrence.
+#[tokio::test]
+async fn emitters_with_clocks_minutes_off_get_one_series_each_with_exact_counts() -> Result<()> {
+    let admin = client().await?;
+    let ns = TestNamespace::new(&admin, "skewed_clocks").await?;
+    let other = TestNamespace::new(&admin, "skewed_clocks_other").await?;
+    let tenant = tenant(&admin, kubeconfig(), &ns.name, &other.name).await?;
+    let op = OPERATOR.launch(
+        kubeconfig(),
+        &ns.name,
+        &[
+            "--namespace",
+            &ns.name,
+            "--finish-after",
+            "8s",
+            "--series-window",
+            "8s",
+        ],
+    )?;
+    let api: Api<CoreEvent> = Api::namespaced(tenant, &ns.name);
+    let (behind, ahead) = (SignedDuration::from_mins(-7), SignedDuration::from_mins(5));
+    for n in 1..=12 {
+        occur(&api, &ns.name, "behind.raw", "behind", n, behind).await?;
+        occur(&api, &ns.name, "ahead.raw", "ahead", n, ahead).await?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let objs = wait_for(&admin, &ns.name, "two Finished series of 12", |objs| {
+        objs.len() == 2
+            && objs
+                .iter()
+                .all(|e| state(e) == "Finished" && count(e) == 12)
+    })
+    .await?;
+    ensure!(op.metric("event_series_dropped_total{reason=\"stale\"}") == 0.0);
+    drop((objs, op));
+    other.cleanup().await?;
+    ns.cleanup().await
+}
+
+fn policy(name: &str, ns: &str, include_note: bool) -> String {
+    format!(
+        "apiVersion: eventseries.dev/v1alpha1\nkind: EventSeriesPolicy\nmetadata:\n  name: {name}\n\
+         spec:\n  finishAfter: 10s\n  seriesWindow: 10s\n  isomorphism:\n    includeNote: \
+         {include_note}\n  namespaceSelector:\n    matchLabels:\n      \
+         kubernetes.io/metadata.name: {ns}\n"
+    )
+}
+
+/// `includeNote` switched on live, the operator killed and started again, occurrences all along:
+/// the series objects of the loop hold every occurrence once.
+#[tokio::test]
+async fn include_note_switched_live_with_a_restart_in_between_counts_exactly() -> Result<()> {
+    let admin = client().await?;
+    let ns = TestNamespace::new(&admin, "include_note_restart").await?;
+    let other = TestNamespace::new(&admin, "include_note_restart_other").await?;
+    let tenant = tenant(&admin, kubeconfig(), &ns.name, &other.name).await?;
+    let name = format!("e2e-{}", ns.name);
+    apply_on(kubeconfig(), &policy(&name, &ns.name, false), &[])?;
+    let args = ["--namespace", ns.name.as_str()];
+    let mut op = OPERATOR.launch(kubeconfig(), &ns.name, &args)?;
+    let api: Api<CoreEvent> = Api::namespaced(tenant, &ns.name);
+    let zero = SignedDuration::ZERO;
+    let mut n = 0;
+    for _ in 0..5 {
+        n += 1;
+        occur(&api, &ns.name, "web.raw", "web", n, zero).await?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    wait_for(&admin, &ns.name, "an Ongoing series", |objs| {
+        objs.len() == 1
+    })
+    .await?;
+    apply_on(kubeconfig(), &policy(&name, &ns.name, true), &[])?;
+    // The policy watch hands the change to the engine within moments (an operator watching one
+    // namespace writes no policy status to wait for).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for round in 0..2 {
+        for _ in 0..5 {
+            n += 1;
+            occur(&api, &ns.name, "web.raw", "web", n, zero).await?;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        if round == 0 {
+            op.kill9()?;
+            op = OPERATOR.launch(kubeconfig(), &ns.name, &args)?;
+        }
+    }
+    let total = n as u64;
+    let objs = wait_for_within(
+        &admin,
+        &ns.name,
+        Duration::from_secs(120),
+        "every series Finished, holding every occurrence once",
+        |objs| {
+            objs.iter().all(|e| state(e) == "Finished")
+                && objs.iter().map(count).sum::<u64>() == total
+        },
+    )
+    .await?;
+    ensure!(
+        objs.len() >= 2,
+        "includeNote made a new key: {}",
+        objs.len()
+    );
+    drop(op);
+    kubectl(&["delete", "esp", &name])?;
+    other.cleanup().await?;
+    ns.cleanup().await
+}
+
+/// Strips what the apiserver sets, so that an object read back can be created again elsewhere.
+fn copied(ev: &Event, ns: &str) -> Event {
+    let mut copy = ev.clone();
+    copy.metadata = ObjectMeta {
+        name: ev.metadata.name.clone(),
+        namespace: Some(ns.to_owned()),
+        labels: ev.metadata.labels.clone(),
+        annotations: ev.metadata.annotations.clone(),
+        ..Default::default()
+    };
+    copy
+}
+
+/// On a cluster of its own, one operator for every namespace and no admission policy (as if it
+/// were removed): a flood of 100 keys beside a quiet namespace's three loops under
+/// `maxActiveSeries: 20` gives up only the flood's series; a tenant's copies of the quiet (victim)
+/// namespace's series objects, one with a far-future lastObservedTime, are refused at the restart,
+/// counted, and nothing is written for them.
+#[tokio::test]
+async fn a_flood_and_forged_copies_leave_a_quiet_namespace_its_series() -> Result<()> {
+    let cluster = Dedicated::start("isolation", &[])?;
+    let kc = cluster.kubeconfig.as_path();
+    let admin = client_for(kc).await?;
+    let quiet = TestNamespace::new(&admin, "quiet").await?;
+    let flood = TestNamespace::new(&admin, "flood").await?;
+    let victims = tenant(&admin, kc, &quiet.name, &flood.name).await?;
+    let flooder = tenant(&admin, kc, &flood.name, &quiet.name).await?;
+    let policy = "apiVersion: eventseries.dev/v1alpha1\nkind: EventSeriesPolicy\nmetadata:\n  \
+                  name: bounded\nspec:\n  finishAfter: 40s\n  seriesWindow: 40s\n  \
+                  maxActiveSeries: 20\n";
+    apply_on(kc, policy, &[])?;
+    let args = ["--finish-after", "40s", "--series-window", "40s"];
+    let mut op = OPERATOR.launch(kc, "isolation", &args)?;
+    let quiet_api: Api<CoreEvent> = Api::namespaced(victims, &quiet.name);
+    let flood_api: Api<CoreEvent> = Api::namespaced(flooder.clone(), &flood.name);
+    let zero = SignedDuration::ZERO;
+    let mut fed = 0;
+    for round in 0..6 {
+        fed += 1;
+        for q in 0..3 {
+            let pod = format!("loop-{q}");
+            occur(
+                &quiet_api,
+                &quiet.name,
+                &format!("{pod}.raw"),
+                &pod,
+                fed,
+                zero,
+            )
+            .await?;
+        }
+        // Between two occurrences of the quiet loops, 20 new keys of the flood, each a series.
+        for k in 0..20 {
+            let pod = format!("flood-{round}-{k}");
+            let raw = format!("{pod}.raw");
+            occur(&flood_api, &flood.name, &raw, &pod, 1, zero).await?;
+            occur(&flood_api, &flood.name, &raw, &pod, 2, zero).await?;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let ongoing = wait_for(&admin, &quiet.name, "three Ongoing quiet series", |objs| {
+        objs.len() == 3 && objs.iter().all(|e| state(e) == "Ongoing")
+    })
+    .await?;
+    ensure!(op.metric("event_series_series_evicted_total{reason=\"max_active_series\"}") >= 80.0);
+
+    // The flood's tenant copies a quiet series object into its own namespace, and another with a
+    // far-future lastObservedTime: with no admission policy, the apiserver takes both.
+    let forged_api: Api<Event> = Api::namespaced(flooder, &flood.name);
+    let copy = copied(&ongoing[0], &flood.name);
+    forged_api.create(&PostParams::default(), &copy).await?;
+    let mut future = copied(&ongoing[1], &flood.name);
+    if let Some(s) = future.series.as_mut() {
+        s.last_observed_time.0 = Timestamp::now()
+            .checked_add(SignedDuration::from_hours(24 * 3650))
+            .context("far future")?;
+    }
+    forged_api.create(&PostParams::default(), &future).await?;
+    let forged_before: Vec<Event> = series(&admin, &flood.name)
+        .await?
+        .into_iter()
+        .filter(|e| {
+            e.metadata.name == copy.metadata.name || e.metadata.name == future.metadata.name
+        })
+        .collect();
+    ensure!(forged_before.len() == 2, "the forged objects exist");
+
+    op.kill9()?;
+    op = OPERATOR.launch(kc, "isolation-restarted", &args)?;
+    let rejected = op.metric("event_series_recovery_rejected_total{reason=\"key_mismatch\"}");
+    ensure!(rejected == 2.0, "key_mismatch rejections: {rejected}");
+    // The quiet loops go on after the restart, then stop: one object each, every occurrence.
+    for _ in 0..2 {
+        fed += 1;
+        for q in 0..3 {
+            let pod = format!("loop-{q}");
+            occur(
+                &quiet_api,
+                &quiet.name,
+                &format!("{pod}.raw"),
+                &pod,
+                fed,
+                zero,
+            )
+            .await?;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let total = fed as u64;
+    wait_for_within(
+        &admin,
+        &quiet.name,
+        Duration::from_secs(150),
+        "three Finished quiet series with every occurrence",
+        |objs| {
+            objs.len() == 3
+                && objs
+                    .iter()
+                    .all(|e| state(e) == "Finished" && count(e) == total)
+        },
+    )
+    .await?;
+    // Nothing was written for the forged objects: both unchanged, no object of their names in
+    // the quiet namespace beside the genuine ones.
+    let after = series(&admin, &flood.name).await?;
+    for f in &forged_before {
+        let now = after
+            .iter()
+            .find(|e| e.metadata.name == f.metadata.name)
+            .context("a forged object vanished")?;
+        ensure!(
+            now.metadata.resource_version == f.metadata.resource_version,
+            "{:?} was written",
+            f.metadata.name
+        );
+    }
+    drop(op);
+    quiet.cleanup().await?;
+    flood.cleanup().await?;
+    drop(cluster);
+    Ok(())
+}
