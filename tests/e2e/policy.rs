@@ -38,6 +38,16 @@ async fn bad_policies_are_refused_by_the_api_server_naming_the_field() -> Result
         ("  seriesWindow: \"-5m\"\n", "spec.seriesWindow", ""),
         ("  maxActiveSeries: 0\n", "spec.maxActiveSeries", ""),
         (
+            "  maxActiveSeries: 5\n  maxActiveSeriesPerNamespace: 6\n",
+            "spec",
+            "maxActiveSeriesPerNamespace must not exceed maxActiveSeries",
+        ),
+        (
+            "  maxActiveSeriesPerNamespace: 0\n",
+            "spec.maxActiveSeriesPerNamespace",
+            "",
+        ),
+        (
             "  match:\n    types: [Critical]\n",
             "spec.match.types",
             "Normal or Warning",
