@@ -94,6 +94,16 @@ async fn occur(
     Ok(())
 }
 
+/// Occurrence `n` of each of `count` loops (Pods `loop-<i>`), on time.
+async fn loops(api: &Api<CoreEvent>, ns: &str, count: usize, n: i32) -> Result<()> {
+    for q in 0..count {
+        let pod = format!("loop-{q}");
+        let raw = format!("{pod}.raw");
+        occur(api, ns, &raw, &pod, n, SignedDuration::ZERO).await?;
+    }
+    Ok(())
+}
+
 /// Emitters whose clocks are 7 minutes behind and 5 minutes ahead of the operator's: each loop gets
 /// one series with every occurrence.
 #[tokio::test]
@@ -244,18 +254,7 @@ async fn a_flood_and_forged_copies_leave_a_quiet_namespace_its_series() -> Resul
     let mut fed = 0;
     for round in 0..6 {
         fed += 1;
-        for q in 0..3 {
-            let pod = format!("loop-{q}");
-            occur(
-                &quiet_api,
-                &quiet.name,
-                &format!("{pod}.raw"),
-                &pod,
-                fed,
-                zero,
-            )
-            .await?;
-        }
+        loops(&quiet_api, &quiet.name, 3, fed).await?;
         // Between two occurrences of the quiet loops, 20 new keys of the flood, each a series.
         for k in 0..20 {
             let pod = format!("flood-{round}-{k}");
@@ -299,18 +298,7 @@ async fn a_flood_and_forged_copies_leave_a_quiet_namespace_its_series() -> Resul
     // The quiet loops go on after the restart, then stop: one object each, every occurrence.
     for _ in 0..2 {
         fed += 1;
-        for q in 0..3 {
-            let pod = format!("loop-{q}");
-            occur(
-                &quiet_api,
-                &quiet.name,
-                &format!("{pod}.raw"),
-                &pod,
-                fed,
-                zero,
-            )
-            .await?;
-        }
+        loops(&quiet_api, &quiet.name, 3, fed).await?;
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     let total = fed as u64;
