@@ -407,6 +407,59 @@ pub async fn token_kubeconfig(
     Ok(path)
 }
 
+/// A tenant of namespace `ns`, as the untrusted-tenant tests use it: ServiceAccount `tenant` with a Role for events there and the built-in
+/// `view` in `viewing`, acting with its own token.
+pub async fn tenant_client(
+    admin: &Client,
+    admin_kc: &Path,
+    ns: &str,
+    viewing: &str,
+) -> Result<Client> {
+    use k8s_openapi::api::rbac::v1::{PolicyRule, RoleBinding, RoleRef, Subject};
+    let rule = |group: &str| PolicyRule {
+        api_groups: Some(vec![group.to_owned()]),
+        resources: Some(vec!["events".into()]),
+        verbs: [
+            "create", "update", "patch", "get", "list", "watch", "delete",
+        ]
+        .map(String::from)
+        .to_vec(),
+        ..Default::default()
+    };
+    let kc = service_account_kubeconfig(
+        admin,
+        admin_kc,
+        ns,
+        "tenant",
+        vec![rule(""), rule("events.k8s.io")],
+        Vec::new(),
+    )
+    .await?;
+    Api::<RoleBinding>::namespaced(admin.clone(), viewing)
+        .create(
+            &PostParams::default(),
+            &RoleBinding {
+                metadata: ObjectMeta {
+                    name: Some(format!("tenant-of-{ns}")),
+                    ..Default::default()
+                },
+                role_ref: RoleRef {
+                    api_group: Some("rbac.authorization.k8s.io".into()),
+                    kind: "ClusterRole".into(),
+                    name: "view".into(),
+                },
+                subjects: Some(vec![Subject {
+                    kind: "ServiceAccount".into(),
+                    name: "tenant".into(),
+                    namespace: Some(ns.to_owned()),
+                    ..Default::default()
+                }]),
+            },
+        )
+        .await?;
+    client_for(&kc).await
+}
+
 /// The namespaced permissions `event-series run --namespace` needs.
 pub fn operator_rules() -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
     use k8s_openapi::api::rbac::v1::PolicyRule;
@@ -418,7 +471,7 @@ pub fn operator_rules() -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
     };
     vec![
         rule("", &["list", "watch"]),
-        rule("events.k8s.io", &["create", "patch", "get", "list"]),
+        rule("events.k8s.io", &["create", "patch", "list"]),
     ]
 }
 
@@ -433,16 +486,8 @@ pub fn operator_cluster_rules() -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
         ..Default::default()
     };
     vec![
-        rule(
-            "eventseries.dev",
-            "eventseriespolicies",
-            &["get", "list", "watch"],
-        ),
-        rule(
-            "eventseries.dev",
-            "eventseriespolicies/status",
-            &["get", "patch"],
-        ),
+        rule("eventseries.dev", "eventseriespolicies", &["list", "watch"]),
+        rule("eventseries.dev", "eventseriespolicies/status", &["patch"]),
         rule("", "namespaces", &["list", "watch"]),
     ]
 }

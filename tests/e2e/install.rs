@@ -1,13 +1,14 @@
 //! The install (`kubectl apply -k config/default`) on a cluster of its own, and the operator run with
 //! the installed ServiceAccount's own token: its RBAC is sufficient for a whole series lifecycle and
-//! refuses everything else.
+//! refuses everything else; the admission policy lets the operator write its series objects and
+//! refuses look-alikes from anyone else.
 
 use crate::OPERATOR;
 use crate::operator::{count, state, wait_for};
 use anyhow::{Context, Result};
 use event_series::config::EventSeriesPolicy;
 use event_series_test_support::cluster::{
-    Dedicated, TestNamespace, apply_on, client_for, kubectl_on, token_kubeconfig,
+    Dedicated, TestNamespace, apply_on, client_for, kubectl_on, tenant_client, token_kubeconfig,
 };
 use event_series_test_support::emitter::emit_on;
 use event_series_test_support::repo_root;
@@ -63,6 +64,8 @@ async fn apply_k_installs_a_least_privilege_operator() -> Result<()> {
         "clusterrolebinding.rbac.authorization.k8s.io/event-series",
         "deployment.apps/event-series",
         "eventseriespolicy.eventseries.dev/default",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/event-series-series-objects",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/event-series-series-objects",
     ] {
         assert!(out.contains(kind), "{kind} not applied:\n{out}");
     }
@@ -255,6 +258,8 @@ async fn apply_k_installs_a_least_privilege_operator() -> Result<()> {
             .await,
     );
 
+    refused_by_the_admission_policy(&client, kc, &ns.name, &done[0]).await?;
+
     // SIGTERM: exits 0 and hands the lease back.
     let status = op.terminate()?;
     assert!(status.success(), "{status}");
@@ -271,4 +276,91 @@ async fn apply_k_installs_a_least_privilege_operator() -> Result<()> {
         "released on shutdown, still held by {holder:?}"
     );
     ns.cleanup().await
+}
+
+/// The admission policy's refusal, with its reason.
+fn refused<T: std::fmt::Debug>(what: &str, r: Result<T, kube::Error>) {
+    match r {
+        Err(kube::Error::Api(s))
+            if (s.code == 403 || s.code == 422)
+                && s.message
+                    .contains("only the event-series operator may write an Event") => {}
+        other => panic!("{what}: expected the admission policy's refusal, got {other:?}"),
+    }
+}
+
+/// SPEC Install: the ValidatingAdmissionPolicy refuses, from anyone but the operator's ServiceAccount
+/// (which just wrote `genuine`), an Event carrying the operator's label or an `eventseries.dev/`
+/// label or annotation; ordinary events pass.
+async fn refused_by_the_admission_policy(
+    admin: &kube::Client,
+    kc: &std::path::Path,
+    ns: &str,
+    genuine: &Event,
+) -> Result<()> {
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+    use k8s_openapi::jiff::{SignedDuration, Timestamp};
+    use kube::api::PostParams;
+    let victim = TestNamespace::new(admin, "install_victim").await?;
+    let tenant = tenant_client(admin, kc, ns, &victim.name).await?;
+    let pp = PostParams::default();
+    // A copy of the operator's series object, under another name.
+    let mut copy = genuine.clone();
+    copy.metadata = ObjectMeta {
+        name: Some("forged-copy".into()),
+        namespace: Some(ns.to_owned()),
+        labels: genuine.metadata.labels.clone(),
+        annotations: genuine.metadata.annotations.clone(),
+        ..Default::default()
+    };
+    let series_api: Api<Event> = Api::namespaced(tenant.clone(), ns);
+    refused(
+        "a copy of a series object",
+        series_api.create(&pp, &copy).await,
+    );
+    // Only an eventseries.dev/ annotation, on a core/v1 Event ten years ahead.
+    let far = Timestamp::now()
+        .checked_add(SignedDuration::from_hours(24 * 3650))
+        .context("far future")?;
+    let mut raw = event_series_test_support::raw::kubelet_backoff(ns, "forged-raw", "web", 2);
+    raw.metadata.annotations = Some(
+        [(
+            "eventseries.dev/watermark".to_owned(),
+            "999999999".to_owned(),
+        )]
+        .into(),
+    );
+    raw.event_time = Some(MicroTime(far));
+    raw.reporting_component = Some("kubelet".into());
+    raw.reporting_instance = Some("node-1".into());
+    raw.action = Some("BackOff".into());
+    let core_api: Api<CoreEvent> = Api::namespaced(tenant.clone(), ns);
+    refused(
+        "an eventseries.dev/ annotation",
+        core_api.create(&pp, &raw).await,
+    );
+    // The operator's label alone, written by the cluster admin: refused too.
+    let mut labelled = event_series_test_support::raw::kubelet_backoff(ns, "labelled", "web", 1);
+    labelled.metadata.labels = Some(event_series_test_support::raw::operators_own());
+    let admin_api: Api<CoreEvent> = Api::namespaced(admin.clone(), ns);
+    refused(
+        "the managed-by label, as admin",
+        admin_api.create(&pp, &labelled).await,
+    );
+    // An update that adds the label to an ordinary event: refused; the ordinary event itself passes.
+    let plain = event_series_test_support::raw::kubelet_backoff(ns, "plain", "web", 1);
+    core_api.create(&pp, &plain).await?;
+    let patch = serde_json::json!({"metadata": {"labels": {"eventseries.dev/state": "Ongoing"}}});
+    refused(
+        "an update adding an eventseries.dev/ label",
+        core_api
+            .patch(
+                "plain",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(patch),
+            )
+            .await,
+    );
+    victim.cleanup().await
 }

@@ -8,65 +8,15 @@ use crate::operator::{count, state, wait_for, wait_for_within};
 use anyhow::{Context, Result, ensure};
 use event_series_test_support::cluster::{
     Dedicated, TestNamespace, apply_on, client, client_for, kubeconfig, kubectl, series,
-    service_account_kubeconfig,
+    tenant_client,
 };
 use event_series_test_support::raw::{Occurrences, app_container, kubelet};
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::api::rbac::v1::{PolicyRule, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use std::path::Path;
 use std::time::Duration;
-
-/// A tenant of namespace `ns`: ServiceAccount `tenant` with a Role for events there and the built-in
-/// `view` in `viewing`, acting with its own token.
-async fn tenant(admin: &Client, admin_kc: &Path, ns: &str, viewing: &str) -> Result<Client> {
-    let rule = |group: &str| PolicyRule {
-        api_groups: Some(vec![group.to_owned()]),
-        resources: Some(vec!["events".into()]),
-        verbs: [
-            "create", "update", "patch", "get", "list", "watch", "delete",
-        ]
-        .map(String::from)
-        .to_vec(),
-        ..Default::default()
-    };
-    let kc = service_account_kubeconfig(
-        admin,
-        admin_kc,
-        ns,
-        "tenant",
-        vec![rule(""), rule("events.k8s.io")],
-        Vec::new(),
-    )
-    .await?;
-    Api::<RoleBinding>::namespaced(admin.clone(), viewing)
-        .create(
-            &PostParams::default(),
-            &RoleBinding {
-                metadata: ObjectMeta {
-                    name: Some(format!("tenant-of-{ns}")),
-                    ..Default::default()
-                },
-                role_ref: RoleRef {
-                    api_group: Some("rbac.authorization.k8s.io".into()),
-                    kind: "ClusterRole".into(),
-                    name: "view".into(),
-                },
-                subjects: Some(vec![Subject {
-                    kind: "ServiceAccount".into(),
-                    name: "tenant".into(),
-                    namespace: Some(ns.to_owned()),
-                    ..Default::default()
-                }]),
-            },
-        )
-        .await?;
-    client_for(&kc).await
-}
 
 /// One more occurrence of raw event `name` about Pod `pod`, as a legacy recorder writes it, timed
 /// by the emitter's clock (`skew` off the real one): created at count 1, then patched.
@@ -111,7 +61,7 @@ async fn emitters_with_clocks_minutes_off_get_one_series_each_with_exact_counts(
     let admin = client().await?;
     let ns = TestNamespace::new(&admin, "skewed_clocks").await?;
     let other = TestNamespace::new(&admin, "skewed_clocks_other").await?;
-    let tenant = tenant(&admin, kubeconfig(), &ns.name, &other.name).await?;
+    let tenant = tenant_client(&admin, kubeconfig(), &ns.name, &other.name).await?;
     let op = OPERATOR.launch(
         kubeconfig(),
         &ns.name,
@@ -160,7 +110,7 @@ async fn include_note_switched_live_with_a_restart_in_between_counts_exactly() -
     let admin = client().await?;
     let ns = TestNamespace::new(&admin, "include_note_restart").await?;
     let other = TestNamespace::new(&admin, "include_note_restart_other").await?;
-    let tenant = tenant(&admin, kubeconfig(), &ns.name, &other.name).await?;
+    let tenant = tenant_client(&admin, kubeconfig(), &ns.name, &other.name).await?;
     let name = format!("e2e-{}", ns.name);
     apply_on(kubeconfig(), &policy(&name, &ns.name, false), &[])?;
     let args = ["--namespace", ns.name.as_str()];
@@ -240,8 +190,8 @@ async fn a_flood_and_forged_copies_leave_a_quiet_namespace_its_series() -> Resul
     let admin = client_for(kc).await?;
     let quiet = TestNamespace::new(&admin, "quiet").await?;
     let flood = TestNamespace::new(&admin, "flood").await?;
-    let victims = tenant(&admin, kc, &quiet.name, &flood.name).await?;
-    let flooder = tenant(&admin, kc, &flood.name, &quiet.name).await?;
+    let victims = tenant_client(&admin, kc, &quiet.name, &flood.name).await?;
+    let flooder = tenant_client(&admin, kc, &flood.name, &quiet.name).await?;
     let policy = "apiVersion: eventseries.dev/v1alpha1\nkind: EventSeriesPolicy\nmetadata:\n  \
                   name: bounded\nspec:\n  finishAfter: 40s\n  seriesWindow: 40s\n  \
                   maxActiveSeries: 20\n";
