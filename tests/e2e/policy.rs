@@ -6,7 +6,7 @@
 
 use crate::OPERATOR;
 use crate::operator::{count, state, wait_for};
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use event_series::config::EventSeriesPolicy;
 use event_series_test_support::cluster::{
     Dedicated, TestNamespace, apply_on, client, client_for, kubeconfig,
@@ -95,6 +95,13 @@ fn ready(p: &EventSeriesPolicy) -> Option<(String, Option<i64>, Option<i64>)> {
     let s = p.status.as_ref()?;
     let c = s.conditions.iter().find(|c| c.type_ == "Ready")?;
     Some((c.status.clone(), s.observed_generation, s.namespaces))
+}
+
+/// A kubelet `Unhealthy` raw event counting 4.
+fn unhealthy_named(ns: &str, name: &str, pod: &str) -> k8s_openapi::api::core::v1::Event {
+    let mut ev = kubelet_backoff(ns, name, pod, 4);
+    ev.reason = Some("Unhealthy".into());
+    ev
 }
 
 /// Polls the policy until its status reports `generation` with Ready=`status`.
@@ -192,9 +199,8 @@ async fn a_policy_applies_live_and_reports_its_status() -> Result<()> {
     assert_eq!(p.metadata.generation, Some(2));
     raw.create(&pp, &kubelet_backoff(&ns.name, "b", "pod-b", 4))
         .await?;
-    let mut unhealthy = kubelet_backoff(&ns.name, "c", "pod-c", 4);
-    unhealthy.reason = Some("Unhealthy".into());
-    raw.create(&pp, &unhealthy).await?;
+    raw.create(&pp, &unhealthy_named(&ns.name, "c", "pod-c"))
+        .await?;
     let objs = wait_for(&client, &ns.name, "a series for Unhealthy", |objs| {
         objs.iter()
             .any(|e| e.reason.as_deref() == Some("Unhealthy") && count(e) == 4)
@@ -210,6 +216,40 @@ async fn a_policy_applies_live_and_reports_its_status() -> Result<()> {
         op.metric("event_series_dropped_total{reason=\"filtered\"}"),
         4.0
     );
+    // A duration that overflows (999,999,999,999 hours) is refused by the API server, naming the
+    // field. One it takes but the operator does not (1,000,000 hours, beyond 100 years; a policy
+    // stored before a validation change would be the same): the policy is reported InvalidSpec
+    // naming the field, and the operator stays alive, applying the last valid settings.
+    let overflow = format!("e2e-overflow-{}", ns.name);
+    let spec = |d: &str| policy_yaml(&overflow, &format!("{selector}  heartbeatInterval: {d}\n"));
+    match apply(&spec("999999999999h"), &[]) {
+        Ok(out) => bail!("an overflowing duration was accepted: {out}"),
+        Err(e) => assert!(e.to_string().contains("spec.heartbeatInterval"), "{e}"),
+    }
+    apply(&spec("1000000h"), &[])?;
+    let p = wait_status(&policies, &overflow, "False").await?;
+    let condition = p
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+        .cloned();
+    let condition = condition.context("a Ready condition")?;
+    assert_eq!(condition.reason, "InvalidSpec");
+    assert!(
+        condition.message.contains("spec.heartbeatInterval"),
+        "{}",
+        condition.message
+    );
+    raw.create(&pp, &unhealthy_named(&ns.name, "d", "pod-d"))
+        .await?;
+    wait_for(&client, &ns.name, "a series after the overflow", |objs| {
+        objs.iter().any(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("pod-d") && count(e) == 4
+        })
+    })
+    .await?;
+    assert!(matches!(op.get("/healthz"), Some((200, _))), "alive");
+    policies.delete(&overflow, &DeleteParams::default()).await?;
     // Deleted: its namespace is about to go, and a leftover would only show up in `kubectl get esp`.
     policies.delete(&name, &DeleteParams::default()).await?;
     ns.cleanup().await
