@@ -111,3 +111,51 @@ proptest! {
         prop_assert_eq!(sim.engine.active_series(), 0);
     }
 }
+
+fn duration_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        // Numbers and units put together, the accepted syntax and its near misses.
+        prop::collection::vec(
+            (
+                0u64..u64::MAX,
+                prop::sample::select(vec!["ns", "us", "µs", "ms", "s", "m", "h", "d", "", "-"])
+            ),
+            0..4,
+        )
+        .prop_map(|parts| parts
+            .iter()
+            .map(|(n, u)| format!("{n}{u}"))
+            .collect::<String>()),
+        (
+            1u64..10_000_000_000_000,
+            prop::sample::select(vec!["s", "m", "h"])
+        )
+            .prop_map(|(n, u)| format!("{n}{u}")),
+        any::<String>(),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(20_000))]
+
+    /// The policy parser (the same check as the `policy_spec` fuzz target): no input panics; an
+    /// accepted spec is within range; a refused one names its field.
+    #[test]
+    fn any_policy_spec_converts_or_names_its_field(
+        h in duration_text(),
+        f in duration_text(),
+        w in duration_text(),
+        max in any::<i64>(),
+        per_ns in any::<Option<i64>>(),
+    ) {
+        let spec = event_series::config::EventSeriesPolicySpec {
+            heartbeat_interval: h,
+            finish_after: f,
+            series_window: w,
+            max_active_series: max,
+            max_active_series_per_namespace: per_ns,
+            ..Default::default()
+        };
+        event_series_test_support::check::check_policy(&spec);
+    }
+}

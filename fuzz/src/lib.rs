@@ -205,3 +205,49 @@ impl Input {
         }
     }
 }
+
+/// An EventSeriesPolicy spec with arbitrary durations (often near the accepted syntax) and bounds.
+#[derive(Arbitrary, Debug)]
+pub struct PolicyInput {
+    pub durations: [DurationText; 3],
+    pub max_active_series: i64,
+    pub per_namespace: Option<i64>,
+    pub include_note: bool,
+}
+
+/// A duration field: numbers and units put together, or any text.
+#[derive(Arbitrary, Debug)]
+pub enum DurationText {
+    Parts(Vec<(u64, u8)>),
+    Any(String),
+}
+
+impl DurationText {
+    fn text(&self) -> String {
+        const UNITS: [&str; 9] = ["ns", "us", "µs", "ms", "s", "m", "h", "d", ""];
+        match self {
+            DurationText::Parts(parts) => parts
+                .iter()
+                .map(|(n, u)| format!("{n}{}", UNITS[*u as usize % UNITS.len()]))
+                .collect(),
+            DurationText::Any(s) => s.clone(),
+        }
+    }
+}
+
+/// Converts the input to a spec and checks it (`check::check_policy`).
+pub fn check_policy(input: &PolicyInput) {
+    let [h, f, w] = &input.durations;
+    let spec = event_series::config::EventSeriesPolicySpec {
+        heartbeat_interval: h.text(),
+        finish_after: f.text(),
+        series_window: w.text(),
+        max_active_series: input.max_active_series,
+        max_active_series_per_namespace: input.per_namespace,
+        isomorphism: event_series::config::crd::Isomorphism {
+            include_note: input.include_note,
+        },
+        ..Default::default()
+    };
+    check::check_policy(&spec);
+}

@@ -14,6 +14,8 @@
 //!    from it maps to the same immutable fields (the mapping is idempotent) and the same count.
 
 use chrono::{DateTime, TimeDelta, Utc};
+use event_series::config::EventSeriesPolicySpec;
+use event_series::config::resolve::to_policy;
 use event_series::config::settings::{PolicySet, Settings};
 use event_series::engine::{Engine, EngineConfig};
 use event_series::intent::{Intent, SeriesState, WriteKind};
@@ -402,4 +404,30 @@ fn round_trip(obj: &events::Event, intent: &Intent, t: Timings) {
     assert_eq!(again.series.as_ref().map(|s| s.count), Some(count as i32));
     let errs = create_errors(&again, false);
     assert!(errs.is_empty(), "{errs:?} after a restore");
+}
+
+/// A policy spec as a user might write it: converting it never panics; an accepted one has
+/// settings within the documented ranges, a refused one names the field at fault.
+pub fn check_policy(spec: &EventSeriesPolicySpec) {
+    match to_policy("fuzz", spec) {
+        Ok(p) => {
+            let s = &p.settings;
+            let (min, max) = (
+                chrono::TimeDelta::seconds(1),
+                chrono::TimeDelta::days(36_500),
+            );
+            for d in [s.heartbeat_interval, s.finish_after, s.series_window] {
+                assert!(d >= min && d <= max, "{d} accepted from {spec:?}");
+            }
+            assert!(s.max_active_series >= 1);
+            assert!(
+                (1..=s.max_active_series).contains(&s.max_active_series_per_namespace)
+                    || s.max_active_series_per_namespace == usize::MAX
+            );
+        }
+        Err(e) => {
+            let text = e.to_string();
+            assert!(text.starts_with("spec."), "the field is not named: {text}");
+        }
+    }
 }
