@@ -94,13 +94,13 @@ faults:
     cargo test --test faults -- --ignored --test-threads=1 --nocapture
     just fuzz
 
-# The cargo-fuzz targets on event normalisation and mapping, FUZZ_SECONDS each (default 120), seeded with real events (fuzz/seeds). A crash leaves its input in fuzz/artifacts/.
+# The cargo-fuzz targets on event normalisation and mapping and on the policy parser, FUZZ_SECONDS each (default 120), seeded with real events (fuzz/seeds). A crash leaves its input in fuzz/artifacts/.
 fuzz:
     #!/usr/bin/env bash
     set -euo pipefail
     command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
     cd fuzz
-    for target in event_json event_fields; do
+    for target in event_json event_fields policy_spec; do
       mkdir -p "corpus/$target"
       seeds=() flags=()
       if [ "$target" = event_json ]; then seeds=(seeds/event) flags=(-dict=event.dict); fi
