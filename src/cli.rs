@@ -90,6 +90,14 @@ pub struct RunArgs {
     /// stored series object's times may lie before they are clamped to now at a restart.
     #[arg(long, default_value = "10m")]
     pub clock_tolerance: String,
+    /// Most raw events per page of a list (the first one, and a relist after 410 Gone).
+    #[arg(long, default_value_t = 500)]
+    pub list_page_size: u32,
+    /// About how many bytes of JSON one list page may hold: pages are sized by the largest object
+    /// of the page before, so that Events with 1 MB messages cannot make one page hundreds of MB.
+    /// A number of bytes, or with Ki, Mi or Gi.
+    #[arg(long, default_value = "2Mi")]
+    pub list_page_bytes: String,
     /// Watch and write in this namespace only (default: the whole cluster).
     #[arg(long)]
     pub namespace: Option<String>,

@@ -18,6 +18,7 @@ use crate::intent::Intent;
 use crate::key::RawId;
 use crate::leader::WriteFence;
 use crate::metrics::Metrics;
+use crate::paging::PageSize;
 use crate::restart::Restart;
 use crate::watch::{Step, raw_events};
 use crate::writer::{Writer, WriterConfig};
@@ -45,6 +46,10 @@ pub struct ControllerConfig {
     pub watch_bookmarks: bool,
     /// See [`EngineConfig::clock_tolerance`].
     pub clock_tolerance: chrono::TimeDelta,
+    /// Most raw events per list page.
+    pub list_page_size: u32,
+    /// About how many bytes (of JSON) a list page may hold ([`crate::paging`]).
+    pub list_page_bytes: usize,
 }
 
 /// How often the engine's memory upkeep runs ([`Engine::housekeep`]).
@@ -289,10 +294,18 @@ pub async fn run(
         scoped(&client, &config.namespace),
         config.watch_timeout_secs,
         config.watch_bookmarks,
+        PageSize::new(config.list_page_size, config.list_page_bytes),
     );
     let own = scoped(&client, &config.namespace);
+    let restore = Restart::run(
+        &own,
+        &mut engine,
+        &metrics,
+        &mut steps,
+        config.list_page_bytes,
+    );
     let (restart, held) = tokio::select! {
-        started = Restart::run(&own, &mut engine, &metrics, &mut steps) => started,
+        started = restore => started,
         stop = &mut shutdown => return Ok(stop),
     };
     let mut restart = Some(restart);

@@ -21,6 +21,7 @@ pub mod leader;
 pub mod memory;
 pub mod metrics;
 pub mod object;
+pub mod paging;
 pub mod restart;
 pub mod retry;
 pub mod server;

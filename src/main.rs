@@ -97,6 +97,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         );
     }
     let clock_tolerance = parse_duration("--clock-tolerance", &args.clock_tolerance)?;
+    let list_page_bytes =
+        event_series::paging::parse_bytes("--list-page-bytes", &args.list_page_bytes)
+            .map_err(anyhow::Error::msg)?;
     let timings = Timings {
         lease_duration: std_duration("--lease-duration", &args.lease_duration)?,
         renew_deadline: std_duration("--renew-deadline", &args.renew_deadline)?,
@@ -146,6 +149,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         watch_timeout_secs,
         watch_bookmarks: !args.no_watch_bookmarks,
         clock_tolerance,
+        list_page_size: args.list_page_size,
+        list_page_bytes,
     };
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);

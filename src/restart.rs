@@ -16,6 +16,7 @@ use crate::engine::Engine;
 use crate::key::OwnedObservation;
 use crate::metrics::Metrics;
 use crate::object;
+use crate::paging::{self, PageSize};
 use crate::watch::Step;
 use chrono::{DateTime, Utc};
 use futures::{Stream, StreamExt};
@@ -24,9 +25,10 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
 use std::time::{Duration, Instant};
 
-/// Page size of the list of own series objects. Each object is bounded (its note to 1 KiB, its
-/// annotations to the sources of a few raw objects), so a page stays within a few MiB; fewer pages
-/// matter because each page costs the apiserver a range read over every stored event.
+/// Most objects per page of the list of own series objects. The operator's own objects are bounded
+/// (the note to 1 KiB, the annotations to the sources of a few raw objects), so large pages are
+/// safe and fewer pages matter (each costs the apiserver a range read over every stored event);
+/// look-alikes a tenant wrote can be large, and the byte budget ([`crate::paging`]) still applies.
 pub const OWN_PAGE_SIZE: u32 = 2000;
 
 /// A restart in progress, from the restore of the own series objects to the end of the first list
@@ -47,6 +49,7 @@ impl Restart {
         engine: &mut Engine,
         metrics: &Metrics,
         steps: &mut (impl Stream<Item = Step> + Unpin),
+        page_bytes: usize,
     ) -> (Restart, Option<Step>) {
         let started = Instant::now();
         let mut restart = Restart {
@@ -54,7 +57,7 @@ impl Restart {
             started,
         };
         engine.begin_recovery();
-        let restore = restore_own_series(api, engine, metrics);
+        let restore = restore_own_series(api, engine, metrics, page_bytes);
         tokio::pin!(restore);
         let mut held = None;
         let mut watch_open = true;
@@ -125,17 +128,24 @@ impl Restart {
 /// Restores every series object the operator wrote (Ongoing and Finished), page by page. Each is a
 /// claim checked by [`object::decode`]; one that fails is skipped with a log line and counted in
 /// `event_series_recovery_rejected_total{reason}`.
-async fn restore_own_series(api: &Api<Event>, engine: &mut Engine, metrics: &Metrics) {
+async fn restore_own_series(
+    api: &Api<Event>,
+    engine: &mut Engine,
+    metrics: &Metrics,
+    page_bytes: usize,
+) {
+    let mut sizes = PageSize::new(OWN_PAGE_SIZE, page_bytes);
     let started = Instant::now();
     tracing::info!("restoring own series objects");
     let mut params = ListParams::default()
         .labels(&object::managed_selector())
-        .limit(OWN_PAGE_SIZE);
+        .limit(sizes.limit());
     let (mut restored, mut pages, mut waiting) = (0, 0, Duration::ZERO);
     let (mut rejected, mut list_rv) = (0u64, None::<u64>);
     loop {
         let asked = Instant::now();
         let page = list_with_retry(api, &params).await;
+        sizes.measured(paging::largest(&page.items));
         waiting += asked.elapsed();
         pages += 1;
         let now = Utc::now();
@@ -168,7 +178,7 @@ async fn restore_own_series(api: &Api<Event>, engine: &mut Engine, metrics: &Met
             }
         }
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
+            Some(token) => params = params.continue_token(&token).limit(sizes.limit()),
             None => break,
         }
     }

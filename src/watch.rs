@@ -34,15 +34,13 @@
 
 use crate::client::{self, DeadlineExceeded};
 use crate::object::not_managed_selector;
+use crate::paging::{self, PageSize};
 use chrono::{DateTime, Utc};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams, WatchEvent, WatchParams};
 use kube::core::ObjectList;
 use std::time::Duration;
-
-/// Page size of the list.
-pub const PAGE_SIZE: u32 = 500;
 
 /// What the watch hands to the operator loop.
 #[derive(Debug)]
@@ -289,11 +287,19 @@ impl Watch {
 ///
 /// `bookmarks` sets `allowWatchBookmarks`; the operator always asks for them, only the bookmark
 /// benchmark (`event-series run --no-watch-bookmarks`, hidden) turns them off.
-pub fn raw_events(api: Api<Event>, watch_timeout_secs: u32, bookmarks: bool) -> Steps {
+///
+/// List pages are sized by `pages` ([`crate::paging`]), so that Events carrying 1 MB messages
+/// cannot make one page hundreds of MB.
+pub fn raw_events(
+    api: Api<Event>,
+    watch_timeout_secs: u32,
+    bookmarks: bool,
+    pages: PageSize,
+) -> Steps {
     let (tx, rx) = tokio::sync::mpsc::channel::<Received>(1024);
     tokio::spawn(async move {
         // Err only when the consumer is gone, which ends the task.
-        let _ = drive(api, tx, watch_timeout_secs, bookmarks).await;
+        let _ = drive(api, tx, watch_timeout_secs, bookmarks, pages).await;
     });
     Steps { rx, received: None }
 }
@@ -354,6 +360,7 @@ async fn drive(
     tx: Sender,
     watch_timeout_secs: u32,
     bookmarks: bool,
+    mut pages: PageSize,
 ) -> Result<(), Closed> {
     let selector = not_managed_selector();
     let mut watch = Watch::default();
@@ -363,13 +370,19 @@ async fn drive(
     loop {
         let steps = match watch.request() {
             Request::List { continue_token } => {
-                let mut lp = ListParams::default().labels(&selector).limit(PAGE_SIZE);
+                if continue_token.is_none() {
+                    pages.restart();
+                }
+                let mut lp = ListParams::default().labels(&selector).limit(pages.limit());
                 match &continue_token {
                     Some(token) => lp = lp.continue_token(token),
                     None => snapshot = Utc::now(),
                 }
                 match api.list(&lp).await {
-                    Ok(page) => watch.page(page),
+                    Ok(page) => {
+                        pages.measured(paging::largest(&page.items));
+                        watch.page(page)
+                    }
                     Err(e) => watch.request_failed(Failure::of(&e)),
                 }
             }

@@ -2,6 +2,7 @@
 //! `event_series_test_support::cluster`).
 
 mod economy;
+mod flood;
 mod ha;
 mod harness;
 mod install;

@@ -1,0 +1,135 @@
+//! A tenant's 1 MB messages (core/v1 Events have no message limit) on a cluster of its own: the
+//! series get exact counts and notes cut to 1,024 bytes, and the operator's peak memory, while
+//! watching and after a restart that lists them all, stays within 1.5 times that of the same run
+//! with 100-byte messages.
+
+use crate::OPERATOR;
+use crate::operator::{count, state, wait_for_within};
+use anyhow::{Context, Result, ensure};
+use event_series_test_support::cluster::{Dedicated, TestNamespace, client_for, tenant_client};
+use event_series_test_support::process::Operator;
+use event_series_test_support::raw::{Occurrences, app_container, kubelet};
+use k8s_openapi::api::core::v1::Event as CoreEvent;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, PostParams};
+use std::path::Path;
+use std::time::Duration;
+
+const EVENTS: usize = 300;
+const COUNT: i32 = 3;
+
+/// The operator's peak resident memory so far (VmHWM), in KiB.
+fn peak_kib(op: &Operator) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", op.pid()))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .context("no VmHWM")
+}
+
+/// Peak memory of an operator watching `EVENTS` raw events with messages of `message` bytes
+/// arrive, then of a new one that lists them all at its start; checks the series on the way.
+async fn run(kc: &Path, label: &str, message: usize) -> Result<(u64, u64)> {
+    let admin = client_for(kc).await?;
+    let ns = TestNamespace::new(&admin, &format!("flood_{label}")).await?;
+    let other = TestNamespace::new(&admin, &format!("flood_{label}_other")).await?;
+    let tenant = tenant_client(&admin, kc, &ns.name, &other.name).await?;
+    let args = [
+        "--namespace",
+        ns.name.as_str(),
+        "--finish-after",
+        "10m",
+        "--series-window",
+        "10m",
+    ];
+    let op = OPERATOR.launch(kc, &format!("flood-{label}"), &args)?;
+    let api: Api<CoreEvent> = Api::namespaced(tenant, &ns.name);
+    let text = "m".repeat(message);
+    for i in 0..EVENTS {
+        let pod = format!("pod-{i}");
+        let seen = Occurrences::at(COUNT, Timestamp::now());
+        let regarding = app_container(&ns.name, &pod, format!("uid-{i}"));
+        let ev = kubelet(
+            &ns.name,
+            &format!("{pod}.raw"),
+            regarding,
+            "BackOff",
+            text.clone(),
+            seen,
+        );
+        api.create(&PostParams::default(), &ev).await?;
+    }
+    let objs = wait_for_within(
+        &admin,
+        &ns.name,
+        Duration::from_secs(180),
+        "one Ongoing series per raw event with its count",
+        |objs| {
+            objs.len() == EVENTS
+                && objs
+                    .iter()
+                    .all(|e| state(e) == "Ongoing" && count(e) == COUNT as u64)
+        },
+    )
+    .await?;
+    let note = message.min(1024);
+    ensure!(
+        objs.iter()
+            .all(|e| e.note.as_ref().map(String::len) == Some(note)),
+        "notes of {note} bytes"
+    );
+    let cut = op.metric("event_series_fields_truncated_total");
+    ensure!((cut > 0.0) == (message > 1024), "truncated: {cut}");
+    let watching = peak_kib(&op)?;
+    op.kill9()?;
+    let op = OPERATOR.launch(kc, &format!("flood-{label}-restarted"), &args)?;
+    // Ready once rebuilt: every raw event was listed and replayed.
+    let restarted = peak_kib(&op)?;
+    let objs = wait_for_within(
+        &admin,
+        &ns.name,
+        Duration::from_secs(60),
+        "the same series",
+        |o| o.len() == EVENTS && o.iter().all(|e| count(e) == COUNT as u64),
+    )
+    .await?;
+    ensure!(objs.len() == EVENTS);
+    ensure!(
+        op.metric("event_series_recovery_rejected_total{reason=\"key_mismatch\"}") == 0.0,
+        "its own objects adopted"
+    );
+    drop(op);
+    other.cleanup().await?;
+    ns.cleanup().await?;
+    println!(
+        "flood {label}: {message}-byte messages, peak {watching} KiB watching, {restarted} KiB after a restart"
+    );
+    Ok((watching, restarted))
+}
+
+/// SPEC Input, sizes: 300 events with 1 MB messages cost the operator no more than 1.5 times the
+/// memory of 300 with 100-byte messages, watching and after a restart (peak RSS, VmHWM).
+#[tokio::test]
+async fn one_mb_messages_cost_no_more_memory_than_short_ones() -> Result<()> {
+    let cluster = Dedicated::start("flood", &[])?;
+    let kc = cluster.kubeconfig.as_path();
+    let (short_watch, short_restart) = run(kc, "short", 100).await?;
+    let (long_watch, long_restart) = run(kc, "long", 1_000_000).await?;
+    let ratio = |a: u64, b: u64| a as f64 / b.max(1) as f64;
+    println!(
+        "flood: watching {:.2}x, after a restart {:.2}x",
+        ratio(long_watch, short_watch),
+        ratio(long_restart, short_restart)
+    );
+    ensure!(
+        long_watch * 2 <= short_watch * 3,
+        "watching: {long_watch} KiB with 1 MB messages, {short_watch} KiB with 100 bytes"
+    );
+    ensure!(
+        long_restart * 2 <= short_restart * 3,
+        "after a restart: {long_restart} KiB with 1 MB messages, {short_restart} KiB with 100 bytes"
+    );
+    drop(cluster);
+    Ok(())
+}
