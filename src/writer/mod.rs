@@ -9,7 +9,7 @@
 //!   (the object exists: a repeated create); 404 on patch → create (the object vanished: TTL or
 //!   deleted); 429, 5xx, timeouts and transport errors → retry after exponential backoff with jitter
 //!   (`backon`), never sooner than the server's Retry-After; other 4xx → logged with the object,
-//!   counted in `dropped_total{reason="rejected"}`, not retried.
+//!   counted in `api_requests_total{verb,code}`, not retried.
 //! - Before each request the writer asks the [`WriteFence`]: a replica that may no longer lead starts
 //!   nothing, and every request must be over before another replica could take the Lease.
 
@@ -255,7 +255,6 @@ impl Writer {
             Settled::Rejected { why, intent } => {
                 tracing::error!(%namespace, %name, verb = job.verb.as_str(),
                     object = ?to_event(&intent.series), error = %why, "series write rejected");
-                self.metrics.dropped("rejected", 1);
                 self.settle();
             }
             Settled::Again { after } if !after.is_zero() => {

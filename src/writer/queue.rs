@@ -5,9 +5,12 @@
 //!   backoff never loses counts and never multiplies writes, and the queue is bounded by the number
 //!   of series with something left to write; [`Queue::is_full`] tells the shell to stop taking
 //!   intents (back-pressure) at `capacity`.
-//! - Due writes come from a min-heap of due times: O(log n) per write, whatever the backlog. Heap
-//!   entries are never updated in place; an entry whose epoch no longer matches its write is stale
-//!   and skipped when it surfaces.
+//! - Namespaces are served in turn: each namespace has a min-heap of its writes' due times, and
+//!   the namespaces with a write due now take one write each, round-robin, so one namespace's
+//!   backlog (a tenant's flood) cannot delay another's writes. A min-heap of each waiting
+//!   namespace's earliest due time finds the next due write: O(log n) per write, whatever the
+//!   backlog. Heap entries are never updated in place; an entry whose epoch no longer matches is
+//!   stale and skipped when it surfaces. A namespace with nothing pending leaves the tables.
 //! - An answer never discards a newer intent: a write rejected, or done, for an older state leaves
 //!   the newer one pending.
 
@@ -15,7 +18,7 @@ use super::{Answer, Next, Verb, next};
 use crate::intent::{Intent, WriteKind};
 use crate::object;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -81,9 +84,23 @@ fn first_verb(kind: WriteKind) -> Verb {
     }
 }
 
+/// One namespace's waiting writes.
+#[derive(Default)]
+struct Namespace {
+    due: BinaryHeap<Reverse<(Instant, u64, Arc<Target>)>>,
+    /// In the round-robin of namespaces with a write due.
+    ready: bool,
+    /// Which entry of [`Queue::tops`] is current, when not ready.
+    epoch: u64,
+}
+
 pub struct Queue {
     pending: HashMap<Arc<Target>, Pending>,
-    due: BinaryHeap<Reverse<(Instant, u64, Arc<Target>)>>,
+    namespaces: HashMap<String, Namespace>,
+    /// Namespaces with a write due now, in the order they are served.
+    ready: VecDeque<String>,
+    /// Each other namespace's earliest due time (stale entries skipped by epoch).
+    tops: BinaryHeap<Reverse<(Instant, u64, String)>>,
     seq: u64,
     capacity: usize,
     in_flight: usize,
@@ -95,7 +112,9 @@ impl Queue {
     pub fn new(capacity: usize) -> Queue {
         Queue {
             pending: HashMap::new(),
-            due: BinaryHeap::new(),
+            namespaces: HashMap::new(),
+            ready: VecDeque::new(),
+            tops: BinaryHeap::new(),
             seq: 0,
             capacity: capacity.max(1),
             in_flight: 0,
@@ -122,10 +141,85 @@ impl Queue {
 
     fn schedule(&mut self, target: Arc<Target>, at: Instant) {
         self.seq += 1;
-        if let Some(p) = self.pending.get_mut(&target) {
-            p.not_before = at;
-            p.epoch = self.seq;
-            self.due.push(Reverse((at, self.seq, target)));
+        let Some(p) = self.pending.get_mut(&target) else {
+            return;
+        };
+        p.not_before = at;
+        p.epoch = self.seq;
+        let ns = target.namespace.clone();
+        let n = self.namespaces.entry(ns.clone()).or_default();
+        let earlier = n.due.peek().is_none_or(|Reverse((top, _, _))| at < *top);
+        n.due.push(Reverse((at, self.seq, target)));
+        if !n.ready && earlier {
+            n.epoch = self.seq;
+            self.tops.push(Reverse((at, self.seq, ns)));
+        }
+    }
+
+    /// The earliest waiting write of a namespace, stale entries dropped; the namespace leaves the
+    /// tables when nothing of it waits (and it is not in the round-robin).
+    fn top_of(&mut self, ns: &str) -> Option<Instant> {
+        let n = self.namespaces.get_mut(ns)?;
+        while let Some(Reverse((at, epoch, target))) = n.due.peek() {
+            let current = self
+                .pending
+                .get(target)
+                .is_some_and(|p| !p.in_flight && p.epoch == *epoch);
+            if current {
+                return Some(*at);
+            }
+            n.due.pop();
+        }
+        if !n.ready {
+            self.namespaces.remove(ns);
+        }
+        None
+    }
+
+    /// Namespaces whose earliest write is due at `now` join the round-robin.
+    fn promote(&mut self, now: Instant) {
+        while let Some(Reverse((at, epoch, ns))) = self.tops.peek().cloned() {
+            if at > now {
+                return;
+            }
+            self.tops.pop();
+            let current = self
+                .namespaces
+                .get(&ns)
+                .is_some_and(|n| !n.ready && n.epoch == epoch);
+            if !current {
+                continue;
+            }
+            match self.top_of(&ns) {
+                Some(t) if t <= now => {
+                    if let Some(n) = self.namespaces.get_mut(&ns) {
+                        n.ready = true;
+                    }
+                    self.ready.push_back(ns);
+                }
+                Some(t) => self.wait(ns, t),
+                None => {}
+            }
+        }
+    }
+
+    /// A namespace whose earliest write is due at `at` waits for it outside the round-robin.
+    fn wait(&mut self, ns: String, at: Instant) {
+        self.seq += 1;
+        if let Some(n) = self.namespaces.get_mut(&ns) {
+            n.ready = false;
+            n.epoch = self.seq;
+            self.tops.push(Reverse((at, self.seq, ns)));
+        }
+    }
+
+    /// Takes a namespace out of the round-robin: it waits for its next write, or leaves.
+    fn unready(&mut self, ns: String) {
+        if let Some(n) = self.namespaces.get_mut(&ns) {
+            n.ready = false;
+        }
+        if let Some(at) = self.top_of(&ns) {
+            self.wait(ns, at);
         }
     }
 
@@ -161,48 +255,66 @@ impl Queue {
         self.schedule(target, now);
     }
 
-    /// Drops heap entries that no longer name a waiting write.
-    fn skip_stale(&mut self) {
-        while let Some(Reverse((_, epoch, target))) = self.due.peek() {
-            let current = self
-                .pending
-                .get(target)
-                .is_some_and(|p| !p.in_flight && p.epoch == *epoch);
-            if current {
-                return;
-            }
-            self.due.pop();
-        }
-    }
-
     /// When the next waiting write is due (`None`: none waits).
     pub fn next_due(&mut self) -> Option<Instant> {
-        self.skip_stale();
-        self.due.peek().map(|Reverse((at, _, _))| *at)
+        while let Some(ns) = self.ready.front().cloned() {
+            match self.top_of(&ns) {
+                Some(at) => return Some(at),
+                None => {
+                    self.ready.pop_front();
+                    self.unready(ns);
+                }
+            }
+        }
+        while let Some(Reverse((at, epoch, ns))) = self.tops.peek().cloned() {
+            let current = self
+                .namespaces
+                .get(&ns)
+                .is_some_and(|n| !n.ready && n.epoch == epoch);
+            if current && self.top_of(&ns) == Some(at) {
+                return Some(at);
+            }
+            self.tops.pop();
+            if current && let Some(t) = self.top_of(&ns) {
+                self.wait(ns, t);
+            }
+        }
+        None
     }
 
-    /// Up to `limit` writes due at `now`, earliest first, marked in flight.
+    /// Up to `limit` writes due at `now`, marked in flight: one per namespace in turn, each
+    /// namespace's earliest first.
     pub fn take_due(&mut self, now: Instant, limit: usize) -> Vec<Job> {
+        self.promote(now);
         let mut jobs = Vec::new();
         while jobs.len() < limit {
-            match self.next_due() {
-                Some(at) if at <= now => {}
-                _ => break,
-            }
-            let Some(Reverse((_, _, target))) = self.due.pop() else {
+            let Some(ns) = self.ready.pop_front() else {
                 break;
             };
-            let Some(p) = self.pending.get_mut(&target) else {
-                continue;
-            };
-            p.in_flight = true;
-            self.in_flight += 1;
-            jobs.push(Job {
-                verb: p.verb,
-                seq: p.seq,
-                intent: p.intent.clone(),
-                target,
-            });
+            match self.top_of(&ns) {
+                Some(at) if at <= now => {}
+                _ => {
+                    self.unready(ns);
+                    continue;
+                }
+            }
+            let entry = self.namespaces.get_mut(&ns).and_then(|n| n.due.pop());
+            if let Some(Reverse((_, _, target))) = entry
+                && let Some(p) = self.pending.get_mut(&target)
+            {
+                p.in_flight = true;
+                self.in_flight += 1;
+                jobs.push(Job {
+                    verb: p.verb,
+                    seq: p.seq,
+                    intent: p.intent.clone(),
+                    target,
+                });
+            }
+            match self.top_of(&ns) {
+                Some(at) if at <= now => self.ready.push_back(ns),
+                _ => self.unready(ns),
+            }
         }
         jobs
     }
@@ -295,7 +407,11 @@ impl Queue {
         let shrink = capacity > 1024 && len * 4 < capacity;
         if shrink {
             self.pending.shrink_to(len * 2);
-            self.due.shrink_to(len * 2);
+            for n in self.namespaces.values_mut() {
+                n.due.shrink_to(n.due.len() * 2);
+            }
+            self.namespaces.shrink_to(self.namespaces.len() * 2);
+            self.tops.shrink_to(self.namespaces.len() * 2);
         }
         shrink
     }
@@ -485,6 +601,105 @@ mod tests {
         }
         assert_eq!(written, 2_000);
         assert!(q.is_empty());
-        assert_eq!(q.due.len(), 0);
+        assert!(
+            q.namespaces.is_empty(),
+            "a namespace with nothing pending leaves"
+        );
+        assert!(q.ready.is_empty());
+        assert_eq!(q.next_due(), None);
+        assert!(q.tops.is_empty());
+    }
+
+    /// The intent of pod `pod`'s series in namespace `ns`.
+    fn in_ns(ns: &str, pod: &str) -> Intent {
+        let mut i = intent(pod, WriteKind::Create, 2);
+        let key = i.series.key.view();
+        let moved = crate::key::SeriesKey {
+            namespace: ns,
+            ..key
+        };
+        i.series.key = crate::key::KeyBuf::new(&moved, "m");
+        i.series.namespace = ns.into();
+        i
+    }
+
+    fn namespaces(jobs: &[Job]) -> Vec<String> {
+        jobs.iter().map(|j| j.target.namespace.clone()).collect()
+    }
+
+    #[test]
+    fn one_namespaces_backlog_does_not_delay_another_namespaces_write() {
+        let t0 = Instant::now();
+        let mut q = Queue::new(100_000);
+        for i in 0..10_000 {
+            q.push(t0, in_ns("flood", &format!("p{i}")));
+        }
+        // The flood's writes are all due; one write of a quiet namespace becomes due later.
+        let t1 = t0 + Duration::from_millis(1);
+        let first = q.take_due(t1, 8);
+        assert_eq!(namespaces(&first), ["flood"; 8]);
+        q.push(t1, in_ns("quiet", "q"));
+        let next = q.take_due(t1, 2);
+        assert!(
+            namespaces(&next).contains(&"quiet".to_owned()),
+            "the quiet write waited behind the flood: {:?}",
+            namespaces(&next)
+        );
+    }
+
+    #[test]
+    fn namespaces_with_backlogs_are_served_in_turn_each_earliest_first() {
+        let t0 = Instant::now();
+        let mut q = Queue::new(1_000);
+        for i in 0..10 {
+            for ns in ["a", "b", "c"] {
+                let at = t0 + Duration::from_millis(10 - i);
+                q.push(at, in_ns(ns, &format!("{ns}{i}")));
+            }
+        }
+        let now = t0 + Duration::from_secs(1);
+        let jobs = q.take_due(now, 9);
+        let order = namespaces(&jobs);
+        assert_eq!(order, ["a", "b", "c", "a", "b", "c", "a", "b", "c"]);
+        // Within a namespace, the earliest due first: pushed last, due first.
+        let a: Vec<String> = jobs
+            .iter()
+            .filter(|j| j.target.namespace == "a")
+            .map(|j| j.intent.series.key.view().regarding.name.to_owned())
+            .collect();
+        assert_eq!(a, ["a9", "a8", "a7"]);
+    }
+
+    #[test]
+    fn coalescing_and_rejection_keep_their_rules_across_namespaces() {
+        let t0 = Instant::now();
+        let mut q = Queue::new(100);
+        q.push(t0, in_ns("x", "p"));
+        q.push(t0, in_ns("y", "p"));
+        let mut newer = in_ns("x", "p");
+        newer.series.count = 9;
+        q.push(t0, newer);
+        assert_eq!(q.len(), 2, "one pending write per series object");
+        let jobs = q.take_due(t0, 10);
+        assert_eq!(jobs.len(), 2);
+        let x = jobs.iter().find(|j| j.target.namespace == "x").cloned();
+        let x = x.unwrap();
+        assert_eq!(
+            x.intent.series.count, 9,
+            "the newer state is the one written"
+        );
+        let mut newest = in_ns("x", "p");
+        newest.series.count = 12;
+        q.push(t0, newest);
+        assert!(matches!(
+            q.answered(t0, &x, &status(422)),
+            Settled::Again { .. }
+        ));
+        let again = q.take_due(t0, 10);
+        assert_eq!(again.len(), 1);
+        assert_eq!(
+            again[0].intent.series.count, 12,
+            "a rejection kept the newer state"
+        );
     }
 }
