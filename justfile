@@ -58,10 +58,15 @@ bench-allocators: bench-build
 bench-e2e: bench-build
     bash bench/economy.sh
     bash bench/memory.sh
+    bash bench/flood.sh
     bash bench/bookmarks.sh
     bash bench/ingest.sh
     cargo bench --bench decode
     python3 bench/plot.py
+
+# Peak RSS with 300 raw events carrying 1 MB messages against 100-byte ones, watching and after a restart.
+bench-flood: bench-build
+    bash bench/flood.sh
 
 # API writes of one crash-loop storm: tools/record, tools/events, kube-rs Recorder, event-series (then the plot).
 bench-economy: bench-build
