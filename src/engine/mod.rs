@@ -227,20 +227,21 @@ impl Engine {
         let (ns, slot_idx) = self.namespace(obs.namespace);
         let settings = self.policies.settings(slot_idx).clone();
         let id = obs.key.id(settings.include_note.then_some(obs.note));
-        // The id the key would have with `includeNote` the other way round.
-        let other = obs.key.id((!settings.include_note).then_some(obs.note));
+        // The id the key would have with `includeNote` the other way round: only needed off the
+        // path of most occurrences (a replay, a raw object this process does not remember).
+        let other = || obs.key.id((!settings.include_note).then_some(obs.note));
         let (recovery, slot) = (self.recovery.as_ref(), &self.slots[slot_idx]);
         // Replayed after a restart, an occurrence joins the series its key had before
         // `includeNote` was switched, as it did in the process that counted it.
         let id = match recovery {
-            Some(_)
-                if slot.series.peek(ns, &id).is_none()
-                    && slot
-                        .series
-                        .peek(ns, &other)
-                        .is_some_and(|s| s.restored.is_some()) =>
-            {
-                other
+            Some(_) if slot.series.peek(ns, &id).is_none() => {
+                let o = other();
+                let restored = slot.series.peek(ns, &o);
+                if restored.is_some_and(|s| s.restored.is_some()) {
+                    o
+                } else {
+                    id
+                }
             }
             _ => id,
         };
@@ -249,7 +250,7 @@ impl Engine {
         // its key, or under the key it had before `includeNote` was switched.
         let baseline = || {
             let restored = recovery.map_or((0, None), |r| r.baseline(id, obs));
-            let noted = [id, other]
+            let noted = [id, other()]
                 .iter()
                 .filter_map(|k| slot.recorded(ns, k, obs.raw))
                 .max()
