@@ -2,7 +2,7 @@
 # A tenant's flood of 1 MB messages against the operator's memory: 300 legacy raw events carrying
 # 1 MB messages, then the same with 100-byte messages, each on a private kube-apiserver
 # (target/envtest-e2e-flood); the operator's peak RSS (VmHWM) while it watches them arrive and
-# after a restart that lists them all (pages sized by --list-page-bytes, 2Mi by default). The
+# after a restart that lists them all (pages sized by --list-page-bytes, 1Mi by default). The
 # measurement is the end-to-end test `flood::one_mb_messages_cost_no_more_memory_than_short_ones`,
 # run here against the release build, RUNS times; its figures go to the JSON.
 #
@@ -32,7 +32,7 @@ for i in $(seq "$RUNS"); do
   log "100 B: $sw KiB watching, $sr KiB restarted; 1 MB: $lw KiB watching, $lr KiB restarted"
 done
 {
-  printf '{"machine": %s, "events": 300, "messages": [100, 1000000], "list_page_bytes": "2Mi", "runs": [' "$(machine_json)"
+  printf '{"machine": %s, "events": 300, "messages": [100, 1000000], "list_page_bytes": "1Mi", "runs": [' "$(machine_json)"
   (IFS=,; printf '%s' "${runs[*]}")
   printf ']}\n'
 } >"$OUT/flood.json"

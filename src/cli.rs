@@ -96,7 +96,7 @@ pub struct RunArgs {
     /// About how many bytes of JSON one list page may hold: pages are sized by the largest object
     /// of the page before, so that Events with 1 MB messages cannot make one page hundreds of MB.
     /// A number of bytes, or with Ki, Mi or Gi.
-    #[arg(long, default_value = "2Mi")]
+    #[arg(long, default_value = "1Mi")]
     pub list_page_bytes: String,
     /// Watch and write in this namespace only (default: the whole cluster).
     #[arg(long)]

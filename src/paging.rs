@@ -10,8 +10,9 @@
 
 use serde::Serialize;
 
-/// The first page of a list, before any object was measured.
-const FIRST: u32 = 8;
+/// The first page of a list, before any object was measured: one object, since one is all a page
+/// of 1 MB objects may hold; the next page grows to the maximum at once if objects are small.
+const FIRST: u32 = 1;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PageSize {
@@ -105,7 +106,7 @@ mod tests {
     #[test]
     fn pages_of_large_objects_shrink_to_the_budget_and_small_ones_grow_back() {
         let mut p = PageSize::new(500, 4 << 20);
-        assert_eq!(p.limit(), 8, "a list starts small");
+        assert_eq!(p.limit(), 1, "a list starts with one object");
         p.measured(1 << 20);
         assert_eq!(p.limit(), 4, "four 1 MiB objects fit 4 MiB");
         p.measured(3 << 20);
@@ -117,8 +118,8 @@ mod tests {
         p.measured(0);
         assert_eq!(p.limit(), 500);
         p.restart();
-        assert_eq!(p.limit(), 8);
-        assert_eq!(PageSize::new(3, 1).limit(), 3);
+        assert_eq!(p.limit(), 1);
+        assert_eq!(PageSize::new(3, 1).limit(), 1);
         assert_eq!(PageSize::new(0, 0).limit(), 1);
     }
 
