@@ -3,7 +3,7 @@
 #
 #   1. builds what is missing: kube-apiserver, etcd, kubectl and the client-go emitter (about 10 minutes
 #      the first time, see tests/envtest/README.md) and the operator (cargo build --release);
-#   2. starts a fresh apiserver + etcd in target/envtest-demo and installs config/default (CRD, RBAC,
+#   2. starts a fresh apiserver + etcd in target/envtest-demo and installs config/default (CRD, RBAC, admission policy,
 #      Deployment, default policy) with kubectl apply --server-side -k, plus a policy with short
 #      durations for the namespace "demo";
 #   3. runs the operator on this machine as the ServiceAccount event-series (a token of it, so exactly
