@@ -54,7 +54,10 @@ fn odd_events() -> Vec<(&'static str, Event)> {
         uid: Some("node-uid".into()),
         ..Default::default()
     };
-    out.push(("cluster-scoped regarding in a namespace", e));
+    // The API takes an event about a cluster-scoped object only in `default` (or `kube-system`):
+    // the series object goes there too, the raw event's namespace.
+    e.metadata.namespace = Some("default".into());
+    out.push(("cluster-scoped regarding in default", e));
     let mut e = base();
     e.reporting_component = Some("My Controller (v2)!".into());
     e.reporting_instance = Some("i".repeat(300));
@@ -66,6 +69,8 @@ fn odd_events() -> Vec<(&'static str, Event)> {
     let mut e = base();
     e.type_ = None;
     e.involved_object = ObjectReference::default();
+    // An empty regarding has no namespace either: the API takes it only in `default`.
+    e.metadata.namespace = Some("default".into());
     out.push(("no type, empty regarding", e));
     out
 }

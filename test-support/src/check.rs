@@ -195,7 +195,7 @@ pub fn create_errors(e: &events::Event, check_namespace: bool) -> Vec<String> {
         .and_then(|r| r.namespace.clone())
         .unwrap_or_default();
     check(
-        !regarding_ns.is_empty() || ns == "default" || ns == "kube-system",
+        !check_namespace || !regarding_ns.is_empty() || ns == "default" || ns == "kube-system",
         "namespace for a cluster-scoped regarding",
     );
     check(
@@ -292,7 +292,12 @@ pub fn check_event(ev: &Event, timings: Timings) {
     if !times_representable(ev) {
         return;
     }
-    let namespace_valid = is_dns_label(obs.namespace);
+    // The API refuses a raw event about a cluster-scoped object outside `default` and
+    // `kube-system` (`legacyValidateEvent`), and the series object lives in the raw event's
+    // namespace: the namespace rules apply to raw events the API would have taken.
+    let namespace_valid = is_dns_label(obs.namespace)
+        && (!obs.key.regarding.namespace.is_empty()
+            || matches!(obs.namespace, "default" | "kube-system"));
     // As if the event had just been written, and as seen by an operator whose clock is elsewhere.
     for now in [obs.last, fixed_now()] {
         run(&obs, now, timings, namespace_valid);
