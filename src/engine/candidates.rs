@@ -72,10 +72,6 @@ impl Engine {
     /// that a series the key forms later lists it among its sources.
     pub(super) fn remember(&mut self, at: &Landing, obs: &Observation) {
         let (id, ns, t) = (at.id, at.ns, at.t);
-        if let Some(s) = self.slots[at.slot].series.peek_mut(ns, &id) {
-            record(&mut s.tally.sources, obs.raw, obs.count, t);
-            return;
-        }
         let max = self.policies.settings(at.slot).max_candidates();
         let slot = &mut self.slots[at.slot];
         if let Some(c) = slot.candidates.peek_mut(&id) {
