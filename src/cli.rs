@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -33,13 +34,26 @@ pub enum LogFormat {
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// Address of the /metrics, /healthz and /readyz server.
+    /// Address of the /metrics server: HTTPS, and a request needs a bearer token the API server
+    /// accepts for a user who may `get` the non-resource URL /metrics (TokenReview and
+    /// SubjectAccessReview, cached briefly); see --metrics-secure.
     #[arg(
         long,
-        default_value = "0.0.0.0:8080",
+        default_value = "0.0.0.0:8443",
         env = "EVENT_SERIES_METRICS_ADDR"
     )]
     pub metrics_addr: SocketAddr,
+    /// false: serve /metrics over plain HTTP to anyone who can reach the port (local development).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1,
+        default_missing_value = "true", env = "EVENT_SERIES_METRICS_SECURE")]
+    pub metrics_secure: bool,
+    /// Directory with tls.crt and tls.key for /metrics (a mounted kubernetes.io/tls Secret, re-read
+    /// when it changes); without it a self-signed certificate is made at start.
+    #[arg(long, env = "EVENT_SERIES_METRICS_CERT_DIR")]
+    pub metrics_cert_dir: Option<PathBuf>,
+    /// Address of the /healthz and /readyz server (plain HTTP, for the kubelet's probes).
+    #[arg(long, default_value = "0.0.0.0:8081", env = "EVENT_SERIES_HEALTH_ADDR")]
+    pub health_addr: SocketAddr,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "EVENT_SERIES_LOG_FORMAT")]
     pub log_format: LogFormat,

@@ -9,6 +9,7 @@ use event_series::health::Health;
 use event_series::leader::elector::Timings;
 use event_series::leader::{Election, LeaseConfig, WriteFence};
 use event_series::metrics::Metrics;
+use event_series::server;
 use event_series::writer::WriterConfig;
 use std::sync::Arc;
 use std::time::Duration;
@@ -124,14 +125,33 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::default());
     let stall_after = Duration::from_secs(watch_timeout_secs.into()) + WATCH_MARGIN;
     let health = Arc::new(Health::new(stall_after, request_timeout));
-    let bound = event_series::server::serve(
+    let pool = server::Pool::new();
+    let health_bound = server::serve_health(args.health_addr, health.clone(), &pool)
+        .await
+        .with_context(|| format!("binding --health-addr {}", args.health_addr))?;
+    let access = if args.metrics_secure {
+        let names = server::tls::default_names();
+        server::MetricsAccess::Secure {
+            tls: server::tls::acceptor(args.metrics_cert_dir.as_deref(), names)
+                .context("--metrics-cert-dir")?,
+            auth: Arc::new(server::auth::Authorizer::new(
+                client.clone(),
+                request_timeout,
+            )),
+        }
+    } else {
+        server::MetricsAccess::Open
+    };
+    let bound = server::serve_metrics(
         args.metrics_addr,
         Metrics::registry(&metrics),
-        health.clone(),
+        access,
+        &pool,
     )
     .await
     .with_context(|| format!("binding --metrics-addr {}", args.metrics_addr))?;
-    tracing::info!(metrics_addr = %bound, namespace = ?args.namespace,
+    tracing::info!(metrics_addr = %bound, metrics_secure = args.metrics_secure,
+        health_addr = %health_bound, namespace = ?args.namespace,
         heartbeat_interval = %duration::format(settings.heartbeat_interval),
         finish_after = %duration::format(settings.finish_after),
         series_window = %duration::format(settings.series_window),

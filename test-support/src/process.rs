@@ -1,5 +1,6 @@
 //! One `event-series run` process, as the end-to-end and the fault tests start it: logs in
-//! `<logs>/<name>.log`, the metrics server on a free port, SIGKILL when dropped, so that a failing test
+//! `<logs>/<name>.log`, the metrics and the health servers on free loopback ports (metrics over plain
+//! HTTP unless the test asks for the secure default), SIGKILL when dropped, so that a failing test
 //! leaves nothing running.
 
 use crate::repo_root;
@@ -20,10 +21,18 @@ pub struct Launcher {
 }
 
 impl Launcher {
-    /// `event-series run` with exactly `args` (plus a free metrics address), its log
-    /// `<logs>/<log>.log`; returns at once, while it may still be recovering.
+    /// `event-series run` with exactly `args` (plus free metrics and health addresses, metrics over
+    /// plain HTTP), its log `<logs>/<log>.log`; returns at once, while it may still be recovering.
     pub fn spawn(&self, kubeconfig: &Path, log: &str, args: &[&str]) -> Result<Operator> {
         self.spawn_with(kubeconfig, log, args, None)
+    }
+
+    /// [`Launcher::launch`] with the secure metrics default: HTTPS and a checked bearer token
+    /// (`Operator::metrics` is then `https://...`).
+    pub fn launch_secure(&self, kubeconfig: &Path, log: &str, args: &[&str]) -> Result<Operator> {
+        let mut op = self.start(kubeconfig, log, args, None, true)?;
+        op.wait_ready(Duration::from_secs(120))?;
+        Ok(op)
     }
 
     /// [`Launcher::spawn`], with its soft and hard `RLIMIT_NOFILE` set to `nofile` when given: what
@@ -36,10 +45,24 @@ impl Launcher {
         args: &[&str],
         nofile: Option<u64>,
     ) -> Result<Operator> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let addr = format!("127.0.0.1:{port}");
+        self.start(kubeconfig, log, args, nofile, false)
+    }
+
+    fn start(
+        &self,
+        kubeconfig: &Path,
+        log: &str,
+        args: &[&str],
+        nofile: Option<u64>,
+        secure: bool,
+    ) -> Result<Operator> {
+        let free = || -> Result<String> {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")?
+                .local_addr()?
+                .port();
+            Ok(format!("127.0.0.1:{port}"))
+        };
+        let (addr, health) = (free()?, free()?);
         let dir = repo_root().join(self.logs);
         std::fs::create_dir_all(&dir)?;
         let log_path = dir.join(format!("{log}.log"));
@@ -49,7 +72,12 @@ impl Launcher {
             .open(&log_path)?;
         let mut command = Command::new(self.bin);
         command
-            .args(["run", "--metrics-addr", &addr])
+            .args(["run", "--metrics-addr", &addr, "--health-addr", &health])
+            .args(if secure {
+                &[][..]
+            } else {
+                &["--metrics-secure=false"][..]
+            })
             .args(args)
             .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,event_series=debug")
@@ -76,7 +104,8 @@ impl Launcher {
         let child = command.spawn()?;
         Ok(Operator {
             child,
-            metrics: format!("http://{addr}"),
+            metrics: format!("{}://{addr}", if secure { "https" } else { "http" }),
+            health: format!("http://{health}"),
             log: log_path,
         })
     }
@@ -103,16 +132,24 @@ impl Launcher {
 /// A running operator, killed when dropped.
 pub struct Operator {
     child: Child,
-    /// `http://127.0.0.1:<port>` of its metrics server.
+    /// `http://127.0.0.1:<port>` of its metrics server (`https://` when launched secure).
     pub metrics: String,
+    /// `http://127.0.0.1:<port>` of its health server (`/healthz`, `/readyz`).
+    pub health: String,
     pub log: PathBuf,
 }
 
 impl Operator {
-    /// GET one path of the metrics server: status code and body.
+    /// GET one path over plain HTTP: `/metrics` from the metrics server (launched open), anything
+    /// else from the health server. Status code and body.
     pub fn get(&self, path: &str) -> Option<(u16, String)> {
         use std::io::{Read, Write};
-        let addr = self.metrics.trim_start_matches("http://");
+        let base = if path == "/metrics" {
+            &self.metrics
+        } else {
+            &self.health
+        };
+        let addr = base.trim_start_matches("http://");
         let mut s = std::net::TcpStream::connect(addr).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
         write!(

@@ -1,7 +1,8 @@
-//! The install (`kubectl apply -k config/default`) on a cluster of its own, and the operator run with
-//! the installed ServiceAccount's own token: its RBAC is sufficient for a whole series lifecycle and
-//! refuses everything else; the admission policy lets the operator write its series objects and
-//! refuses look-alikes from anyone else.
+//! The install (`kubectl apply -k config/default`, one command) on a cluster that has never seen the
+//! CRD, and the operator run with the installed ServiceAccount's own token: its RBAC is sufficient
+//! for a whole series lifecycle and for checking scrapers' tokens, and refuses everything else; the
+//! admission policy lets the operator write its series objects and refuses look-alikes from anyone
+//! else; `kubectl delete -k config/default` removes it all.
 
 use crate::OPERATOR;
 use crate::operator::{count, state, wait_for};
@@ -43,18 +44,9 @@ async fn apply_k_installs_a_least_privilege_operator() -> Result<()> {
             .to_string_lossy()
             .into_owned()
     };
-    kubectl_on(kc, &["apply", "--server-side", "-k", &config("crd")])?;
-    kubectl_on(
-        kc,
-        &[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/eventseriespolicies.eventseries.dev",
-        ],
-    )?;
-    let default = config("default");
-    let out = kubectl_on(kc, &["apply", "--server-side", "-k", &default])?;
+    // One command, exit 0: kubectl_on fails on any other status.
+    let install = config("default");
+    let out = kubectl_on(kc, &["apply", "--server-side", "-k", &install])?;
     println!("{out}");
     for kind in [
         "customresourcedefinition.apiextensions.k8s.io/eventseriespolicies.eventseries.dev",
@@ -62,15 +54,22 @@ async fn apply_k_installs_a_least_privilege_operator() -> Result<()> {
         "serviceaccount/event-series",
         "clusterrole.rbac.authorization.k8s.io/event-series",
         "clusterrolebinding.rbac.authorization.k8s.io/event-series",
+        "clusterrole.rbac.authorization.k8s.io/event-series-metrics-reader",
         "deployment.apps/event-series",
-        "eventseriespolicy.eventseries.dev/default",
+        "service/event-series-metrics",
+        "poddisruptionbudget.policy/event-series",
+        "networkpolicy.networking.k8s.io/event-series",
         "validatingadmissionpolicy.admissionregistration.k8s.io/event-series-series-objects",
         "validatingadmissionpolicybinding.admissionregistration.k8s.io/event-series-series-objects",
     ] {
         assert!(out.contains(kind), "{kind} not applied:\n{out}");
     }
+    assert!(
+        !out.contains("eventseriespolicy"),
+        "no policy in the install:\n{out}"
+    );
     // Idempotent: a second apply changes nothing.
-    let again = kubectl_on(kc, &["apply", "--server-side", "-k", &default])?;
+    let again = kubectl_on(kc, &["apply", "--server-side", "-k", &install])?;
     assert!(
         again.lines().all(|l| l.ends_with("serverside-applied")),
         "{again}"
@@ -123,10 +122,29 @@ async fn apply_k_installs_a_least_privilege_operator() -> Result<()> {
     let args = c.args.clone().unwrap_or_default();
     assert!(args.iter().any(|a| a == "--leader-elect"), "{args:?}");
 
-    // The default policy is installed and valid.
+    // The probes use the plain health port; metrics are HTTPS.
+    let port = |p: &Option<k8s_openapi::api::core::v1::Probe>| {
+        p.as_ref()
+            .and_then(|p| p.http_get.as_ref())
+            .map(|h| format!("{:?}", h.port))
+    };
+    assert!(
+        port(&c.liveness_probe).is_some_and(|p| p.contains("health")),
+        "{:?}",
+        c.liveness_probe
+    );
+    assert!(
+        args.iter().any(|a| a == "--metrics-addr=0.0.0.0:8443")
+            && !args.iter().any(|a| a.starts_with("--metrics-secure")),
+        "secure metrics by default: {args:?}"
+    );
+
+    // The samples, applied separately, are valid.
+    let samples = kubectl_on(kc, &["apply", "--server-side", "-k", &config("samples")])?;
+    println!("{samples}");
     let policies: Api<EventSeriesPolicy> = Api::all(client.clone());
     let installed = policies.list(&ListParams::default()).await?.items;
-    assert!(!installed.is_empty(), "a default policy");
+    assert_eq!(installed.len(), 2, "the default and production samples");
 
     // A namespace with quick settings of its own, and the operator as the installed ServiceAccount.
     let ns = TestNamespace::new(&client, "install").await?;
@@ -259,6 +277,7 @@ async fn apply_k_installs_a_least_privilege_operator() -> Result<()> {
     );
 
     refused_by_the_admission_policy(&client, kc, &ns.name, &done[0]).await?;
+    scraped_with_the_installed_roles(&client, kc, &sa, &ns.name).await?;
 
     // SIGTERM: exits 0 and hands the lease back.
     let status = op.terminate()?;
@@ -275,7 +294,104 @@ async fn apply_k_installs_a_least_privilege_operator() -> Result<()> {
         holder.is_empty(),
         "released on shutdown, still held by {holder:?}"
     );
-    ns.cleanup().await
+    ns.cleanup().await?;
+    deleted_by_delete_k(&client, kc, &install).await
+}
+
+/// The operator, as the installed ServiceAccount, serves HTTPS metrics to a scraper bound to the
+/// installed `event-series-metrics-reader` role: its own RBAC lets it review tokens and access.
+async fn scraped_with_the_installed_roles(
+    client: &kube::Client,
+    kc: &std::path::Path,
+    operator: &std::path::Path,
+    ns: &str,
+) -> Result<()> {
+    use crate::secure_metrics::{curl, token};
+    let scraper = token(client, ns, "prometheus").await?;
+    apply_on(
+        kc,
+        &format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  \
+             name: prometheus-{ns}\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  \
+             kind: ClusterRole\n  name: event-series-metrics-reader\nsubjects:\n- kind: \
+             ServiceAccount\n  name: prometheus\n  namespace: {ns}\n"
+        ),
+        &[],
+    )?;
+    let op = OPERATOR.launch_secure(
+        operator,
+        &format!("{ns}-secure"),
+        &["--namespace", ns, "--instance", "e2e-install-secure"],
+    )?;
+    let url = format!("{}/metrics", op.metrics);
+    let (code, body) = curl(&url, Some(&scraper), None)?;
+    println!("metrics as the installed roles: {code}");
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("event_series_leader"), "{body}");
+    assert_eq!(curl(&url, None, None)?.0, 401);
+    Ok(())
+}
+
+/// `kubectl delete -k config/default` deletes every object it made. A bare apiserver has no
+/// namespace controller to finalize the namespace, so the namespace is only seen terminating, and
+/// kubectl is not made to wait for that.
+async fn deleted_by_delete_k(
+    client: &kube::Client,
+    kc: &std::path::Path,
+    default: &str,
+) -> Result<()> {
+    let out = kubectl_on(kc, &["delete", "--wait=false", "-k", default])?;
+    println!("{out}");
+    let built = kubectl_on(kc, &["kustomize", default])?;
+    let made = built.matches("\nkind: ").count() + usize::from(built.starts_with("kind: "));
+    let deleted = out.lines().filter(|l| l.contains("\" deleted")).count();
+    assert_eq!(
+        deleted, made,
+        "every object of the install is deleted:\n{out}"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = kubectl_on(
+            kc,
+            &[
+                "get",
+                "--ignore-not-found",
+                "-o",
+                "name",
+                "customresourcedefinition/eventseriespolicies.eventseries.dev",
+                "clusterrole/event-series",
+                "clusterrole/event-series-metrics-reader",
+                "clusterrolebinding/event-series",
+                "validatingadmissionpolicy/event-series-series-objects",
+                "validatingadmissionpolicybinding/event-series-series-objects",
+            ],
+        )?;
+        let ns = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+            .get_opt(NS)
+            .await?;
+        let terminating = ns.is_none_or(|n| n.metadata.deletion_timestamp.is_some());
+        let namespaced = kubectl_on(
+            kc,
+            &[
+                "get",
+                "-n",
+                NS,
+                "--ignore-not-found",
+                "-o",
+                "name",
+                "deployment,serviceaccount,role,rolebinding,service,poddisruptionbudget,networkpolicy",
+            ],
+        )?;
+        if left.trim().is_empty() && namespaced.trim().is_empty() && terminating {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            anyhow::bail!(
+                "left after delete -k: {left} {namespaced} (namespace terminating: {terminating})"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// The admission policy's refusal, with its reason.

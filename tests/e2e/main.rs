@@ -11,6 +11,7 @@ mod network;
 mod operator;
 mod policy;
 mod ports;
+mod secure_metrics;
 mod watch;
 
 use event_series_test_support::process::Launcher;

@@ -177,7 +177,8 @@ async fn a_flood_of_idle_connections_cannot_starve_the_port() -> Result<()> {
         Some(NOFILE),
     )?;
     let pid = op.pid();
-    let addr: SocketAddr = op.metrics.trim_start_matches("http://").parse()?;
+    // The port the kubelet probes.
+    let addr: SocketAddr = op.health.trim_start_matches("http://").parse()?;
     let clk_tck = clk_tck();
 
     // The flood: idle connections that never send a byte, then one that sends half a header.
@@ -185,7 +186,7 @@ async fn a_flood_of_idle_connections_cannot_starve_the_port() -> Result<()> {
     let flood_ticks = cpu_ticks(pid)?;
     let (idle, timeouts) = flood(addr, IDLE);
     let slow = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).and_then(|mut s| {
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHo")?;
+        s.write_all(b"GET /readyz HTTP/1.1\r\nHo")?;
         Ok(s)
     });
     let slow_sent = Instant::now();
@@ -311,7 +312,10 @@ async fn out_of_descriptors_the_server_frees_one_instead_of_spinning() -> Result
         Some(FEW),
     )?;
     let pid = op.pid();
+    // The flood on the metrics port; the probe on the health port: the two servers share one
+    // table of connections, so the health server frees a descriptor the metrics flood holds.
     let addr: SocketAddr = op.metrics.trim_start_matches("http://").parse()?;
+    let probe_addr: SocketAddr = op.health.trim_start_matches("http://").parse()?;
     let (idle, timeouts) = flood(addr, 2 * FEW as usize);
     let held = sockets_reaching(pid, (FEW - 32) as usize, Duration::from_secs(15))?;
 
@@ -319,7 +323,7 @@ async fn out_of_descriptors_the_server_frees_one_instead_of_spinning() -> Result
     tokio::time::sleep(Duration::from_secs(5)).await;
     let cpu = (cpu_ticks(pid)? - ticks) as f64 / clk_tck() / 5.0 * 100.0;
     let probe = Instant::now();
-    let readyz = get_within(addr, "/readyz", Duration::from_secs(5));
+    let readyz = get_within(probe_addr, "/readyz", Duration::from_secs(5));
     let probe_took = probe.elapsed();
     println!(
         "out of descriptors (RLIMIT_NOFILE {FEW}): {} idle connections open ({timeouts} connects timed out), \

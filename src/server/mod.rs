@@ -1,42 +1,50 @@
-//! The operations HTTP server: `/metrics` (Prometheus text), `/healthz` (the process serves),
+//! The operations servers: `/metrics` (Prometheus text; HTTPS with a checked bearer token by
+//! default, [`auth`], [`tls`]) and, on a port of their own, `/healthz` (the process serves) and
 //! `/readyz` ([`Health`]: rebuilt, the watch alive, the writes going through).
 //!
-//! The port cannot be starved (SPEC Operations): a request's headers must arrive within
-//! [`HEADER_READ_TIMEOUT`], at most [`MAX_CONNECTIONS`] connections stay open (a new one closes the
-//! oldest, so the kubelet's probe gets through a flood of idle connections), and a failing `accept`
-//! never spins: out of file descriptors it closes the oldest connection to free one, out of memory
-//! it pauses.
+//! The ports cannot be starved (SPEC Operations): a request's headers (and, for HTTPS, the TLS
+//! handshake) must arrive within [`HEADER_READ_TIMEOUT`]; at most [`MAX_CONNECTIONS`] connections
+//! stay open across both servers (a new one closes the oldest, so the kubelet's probe gets through a
+//! flood of idle connections on either port); and a failing `accept` never spins: out of file
+//! descriptors it closes the oldest connection, of either server, to free one; out of memory it
+//! pauses.
+
+pub mod auth;
+pub mod tls;
 
 use crate::health::Health;
 use crate::metrics::encode;
+use auth::{Authorizer, Decision};
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper::{Request, Response, StatusCode};
+use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::registry::Registry;
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::task::AbortHandle;
+use tokio_rustls::TlsAcceptor;
 
-/// Open connections per server. The kubelet and Prometheus need a handful; at the cap a new
-/// connection closes the oldest, so a flood of idle connections costs at most this many descriptors
-/// (and buffers) and never keeps a probe out. Idle attackers do not reconnect, and every connection
-/// is cut by [`HEADER_READ_TIMEOUT`] anyway.
+/// Open connections of the process's servers together. The kubelet and Prometheus need a handful;
+/// at the cap a new connection closes the oldest, so a flood of idle connections costs at most this
+/// many descriptors (and buffers) and never keeps a probe out. Idle attackers do not reconnect, and
+/// every connection is cut by [`HEADER_READ_TIMEOUT`] anyway.
 pub const MAX_CONNECTIONS: usize = 256;
 
-/// Deadline to read a request's headers, and to wait for the next request on a kept-alive connection
-/// (hyper restarts it whenever a connection goes idle): a client that sends nothing, or half a header,
-/// is cut after it. Probes and scrapes send their headers at once.
+/// Deadline to finish the TLS handshake, to read a request's headers, and to wait for the next
+/// request on a kept-alive connection (hyper restarts it whenever a connection goes idle): a client
+/// that sends nothing, or half a header, is cut after it. Probes and scrapes send their headers at
+/// once.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Pause before accepting again after an accept failed for lack of resources (memory, or descriptors
-/// when this server holds none to give back). Retrying at once spins a core while nothing changes;
+/// when no server holds one to give back). Retrying at once spins a core while nothing changes;
 /// the pending connection waits in the kernel's backlog meanwhile.
 pub const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 
@@ -53,6 +61,34 @@ pub const MAX_REQUEST_HEAD_BYTES: usize = 32 * 1024;
 /// How often at most a repeated condition (accept failures, evictions) is logged.
 const LOG_EVERY: Duration = Duration::from_secs(1);
 
+/// How `/metrics` is served.
+pub enum MetricsAccess {
+    /// Plain HTTP, no authentication (`--metrics-secure=false`: local development, `just demo`).
+    Open,
+    /// HTTPS; a request must carry a bearer token the API server accepts for a user who may `get`
+    /// `/metrics`.
+    Secure {
+        tls: TlsAcceptor,
+        auth: Arc<Authorizer>,
+    },
+}
+
+/// What one server answers.
+enum Site {
+    Health(Arc<Health>),
+    Metrics {
+        registry: Registry,
+        auth: Option<Arc<Authorizer>>,
+    },
+}
+
+/// One listening server: what it answers, whether it speaks TLS, its bounds.
+struct Server {
+    site: Site,
+    tls: Option<TlsAcceptor>,
+    limits: Limits,
+}
+
 fn respond(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
@@ -64,39 +100,133 @@ fn respond(status: StatusCode, content_type: &str, body: String) -> Response<Ful
     response
 }
 
-fn route(path: &str, registry: &Registry, health: &Health) -> Response<Full<Bytes>> {
-    match path {
-        "/metrics" => respond(
-            StatusCode::OK,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            encode(registry),
-        ),
-        "/healthz" => respond(StatusCode::OK, "text/plain", "ok\n".into()),
-        "/readyz" => match health.readiness(std::time::Instant::now()) {
-            Ok(()) => respond(StatusCode::OK, "text/plain", "ok\n".into()),
-            Err(why) => respond(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "text/plain",
-                format!("{}\n", why.as_str()),
-            ),
-        },
-        _ => respond(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
+fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
+    respond(status, "text/plain; charset=utf-8", format!("{body}\n"))
+}
+
+impl Server {
+    async fn answer(&self, req: &Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+        let path = req.uri().path();
+        match &self.site {
+            Site::Health(health) => match path {
+                "/healthz" => text(StatusCode::OK, "ok"),
+                "/readyz" => match health.readiness(Instant::now()) {
+                    Ok(()) => text(StatusCode::OK, "ok"),
+                    Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, why.as_str()),
+                },
+                _ => text(StatusCode::NOT_FOUND, "not found"),
+            },
+            Site::Metrics { registry, auth } => {
+                if path != "/metrics" {
+                    return text(StatusCode::NOT_FOUND, "not found");
+                }
+                if req.method() != Method::GET && req.method() != Method::HEAD {
+                    return text(StatusCode::METHOD_NOT_ALLOWED, "only GET");
+                }
+                if let Some(auth) = auth {
+                    let header = req.headers().get(hyper::header::AUTHORIZATION);
+                    match auth.check(header).await {
+                        Ok(Decision::Allowed) => {}
+                        Ok(Decision::Unauthenticated) => {
+                            let mut r = text(
+                                StatusCode::UNAUTHORIZED,
+                                "a bearer token the API server accepts is required",
+                            );
+                            r.headers_mut().insert(
+                                hyper::header::WWW_AUTHENTICATE,
+                                hyper::header::HeaderValue::from_static("Bearer"),
+                            );
+                            return r;
+                        }
+                        Ok(Decision::Forbidden) => {
+                            return text(
+                                StatusCode::FORBIDDEN,
+                                "this user may not get /metrics \
+                                 (ClusterRole event-series-metrics-reader grants it)",
+                            );
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not check a metrics request's token");
+                            return text(
+                                StatusCode::SERVICE_UNAVAILABLE,
+                                "the token could not be checked with the API server",
+                            );
+                        }
+                    }
+                }
+                respond(
+                    StatusCode::OK,
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    encode(registry),
+                )
+            }
+        }
     }
 }
 
-/// Binds `addr` and serves until the process ends. Returns the bound address (port 0 picks one).
-pub async fn serve(
+/// The open connections of all servers, so that either may close the oldest of both.
+#[derive(Clone)]
+pub struct Pool(Arc<Mutex<Connections>>);
+
+impl Pool {
+    pub fn new() -> Pool {
+        Pool::with_cap(MAX_CONNECTIONS)
+    }
+
+    fn with_cap(cap: usize) -> Pool {
+        Pool(Arc::new(Mutex::new(Connections::new(cap))))
+    }
+
+    /// The table; a panic while it was held (there is none to have) cannot corrupt a queue of
+    /// handles, so a poisoned lock is used as is.
+    fn lock(&self) -> std::sync::MutexGuard<'_, Connections> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Default for Pool {
+    fn default() -> Self {
+        Pool::new()
+    }
+}
+
+/// Binds `addr` and serves `/healthz` and `/readyz` over plain HTTP until the process ends. Returns
+/// the bound address (port 0 picks one).
+pub async fn serve_health(
+    addr: SocketAddr,
+    health: Arc<Health>,
+    pool: &Pool,
+) -> std::io::Result<SocketAddr> {
+    let server = Server {
+        site: Site::Health(health),
+        tls: None,
+        limits: Limits::default(),
+    };
+    serve_with(addr, server, pool.clone()).await
+}
+
+/// Binds `addr` and serves `/metrics` until the process ends. Returns the bound address.
+pub async fn serve_metrics(
     addr: SocketAddr,
     registry: Registry,
-    health: Arc<Health>,
+    access: MetricsAccess,
+    pool: &Pool,
 ) -> std::io::Result<SocketAddr> {
-    serve_with(addr, registry, health, Limits::default()).await
+    let (tls, auth) = match access {
+        MetricsAccess::Open => (None, None),
+        MetricsAccess::Secure { tls, auth } => (Some(tls), Some(auth)),
+    };
+    let server = Server {
+        site: Site::Metrics { registry, auth },
+        tls,
+        limits: Limits::default(),
+    };
+    serve_with(addr, server, pool.clone()).await
 }
 
 /// The bounds of one server: the constants above, shorter in tests.
 #[derive(Clone, Copy, Debug)]
 struct Limits {
-    max_connections: usize,
     header_read_timeout: Duration,
     accept_pause: Duration,
 }
@@ -104,19 +234,13 @@ struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            max_connections: MAX_CONNECTIONS,
             header_read_timeout: HEADER_READ_TIMEOUT,
             accept_pause: ACCEPT_PAUSE,
         }
     }
 }
 
-async fn serve_with(
-    addr: SocketAddr,
-    registry: Registry,
-    health: Arc<Health>,
-    limits: Limits,
-) -> std::io::Result<SocketAddr> {
+async fn serve_with(addr: SocketAddr, server: Server, pool: Pool) -> std::io::Result<SocketAddr> {
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()?
     } else {
@@ -126,44 +250,33 @@ async fn serve_with(
     socket.bind(addr)?;
     let listener = socket.listen(LISTEN_BACKLOG)?;
     let bound = listener.local_addr()?;
-    let registry = Arc::new(registry);
-    tokio::spawn(accept_loop(listener, registry, health, limits));
+    tokio::spawn(accept_loop(listener, Arc::new(server), pool));
     Ok(bound)
 }
 
-async fn accept_loop(
-    listener: TcpListener,
-    registry: Arc<Registry>,
-    health: Arc<Health>,
-    limits: Limits,
-) {
-    let mut open = Connections::new(limits.max_connections);
+async fn accept_loop(listener: TcpListener, server: Arc<Server>, pool: Pool) {
     let (mut failures, mut evictions) = (Throttle::default(), Throttle::default());
+    let pause = server.limits.accept_pause;
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
-                if open.make_room()
+                if pool.lock().make_room()
                     && let Some(unlogged) = evictions.admit(Instant::now())
                 {
                     tracing::warn!(
-                        max_connections = limits.max_connections,
+                        max_connections = MAX_CONNECTIONS,
                         unlogged,
                         "connection cap reached: closed the oldest connection"
                     );
                 }
-                let task = tokio::spawn(connection(
-                    stream,
-                    registry.clone(),
-                    health.clone(),
-                    limits.header_read_timeout,
-                ));
-                open.push(task.abort_handle());
+                let task = tokio::spawn(connection(stream, server.clone()));
+                pool.lock().push(task.abort_handle());
             }
             Err(e) => match after_accept_error(&e) {
                 AcceptError::NextConnection => {
                     tracing::trace!(error = %e, "accept failed for one connection");
                 }
-                AcceptError::OutOfDescriptors if open.evict_oldest() => {
+                AcceptError::OutOfDescriptors if pool.lock().evict_oldest() => {
                     if let Some(unlogged) = failures.admit(Instant::now()) {
                         tracing::warn!(error = %e, unlogged,
                             "accept failed: closed the oldest connection to free a descriptor");
@@ -173,35 +286,47 @@ async fn accept_loop(
                 }
                 AcceptError::OutOfDescriptors | AcceptError::Pause => {
                     if let Some(unlogged) = failures.admit(Instant::now()) {
-                        tracing::warn!(error = %e, unlogged, pause = ?limits.accept_pause,
+                        tracing::warn!(error = %e, unlogged, ?pause,
                             "accept failed; pausing before the next one");
                     }
-                    tokio::time::sleep(limits.accept_pause).await;
+                    tokio::time::sleep(pause).await;
                 }
             },
         }
     }
 }
 
-/// Serves one connection until the client closes it, its headers are late, or it is evicted.
-async fn connection(
-    stream: TcpStream,
-    registry: Arc<Registry>,
-    health: Arc<Health>,
-    header_read_timeout: Duration,
-) {
+/// Serves one connection until the client closes it, its handshake or headers are late, or it is
+/// evicted.
+async fn connection(stream: TcpStream, server: Arc<Server>) {
+    let deadline = server.limits.header_read_timeout;
+    match &server.tls {
+        None => http(TokioIo::new(stream), server).await,
+        Some(acceptor) => match tokio::time::timeout(deadline, acceptor.accept(stream)).await {
+            Ok(Ok(tls)) => http(TokioIo::new(tls), server).await,
+            Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
+            Err(_) => tracing::debug!(?deadline, "TLS handshake not done within the deadline"),
+        },
+    }
+}
+
+async fn http<I>(io: I, server: Arc<Server>)
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let deadline = server.limits.header_read_timeout;
     let service = service_fn(move |req: Request<hyper::body::Incoming>| {
-        let response = route(req.uri().path(), &registry, &health);
-        async move { Ok::<_, Infallible>(response) }
+        let server = server.clone();
+        async move { Ok::<_, Infallible>(server.answer(&req).await) }
     });
     if let Err(e) = http1::Builder::new()
         .timer(TokioTimer::new())
-        .header_read_timeout(header_read_timeout)
+        .header_read_timeout(deadline)
         .max_buf_size(MAX_REQUEST_HEAD_BYTES)
-        .serve_connection(TokioIo::new(stream), service)
+        .serve_connection(io, service)
         .await
     {
-        tracing::debug!(error = %e, "metrics connection ended");
+        tracing::debug!(error = %e, "connection ended");
     }
 }
 
@@ -245,7 +370,7 @@ fn after_accept_error(e: &std::io::Error) -> AcceptError {
     }
 }
 
-/// The open connections of one server in accept order, so that the oldest can be closed.
+/// Open connections in accept order, so that the oldest can be closed.
 struct Connections {
     cap: usize,
     tasks: VecDeque<AbortHandle>,
@@ -318,16 +443,33 @@ mod tests {
     use std::io::{ErrorKind, Read, Write};
     use std::net::TcpStream;
 
-    /// A server on 127.0.0.1 with `limits`, ready.
-    async fn server(limits: Limits) -> SocketAddr {
-        server_of(Registry::default(), limits).await
-    }
-
-    async fn server_of(registry: Registry, limits: Limits) -> SocketAddr {
-        let addr = SocketAddr::from(([127, 0, 0, 1], 0));
+    fn ready() -> Arc<Health> {
         let health = Health::new(Duration::from_secs(60), Duration::from_secs(30));
         health.set_recovered(true);
-        serve_with(addr, registry, Arc::new(health), limits)
+        Arc::new(health)
+    }
+
+    /// A health server on 127.0.0.1 with `limits` and its own pool of `cap` connections, ready.
+    async fn health_server(limits: Limits, cap: usize) -> SocketAddr {
+        let server = Server {
+            site: Site::Health(ready()),
+            tls: None,
+            limits,
+        };
+        let addr = SocketAddr::from(([127, 0, 0, 1], 0));
+        serve_with(addr, server, Pool::with_cap(cap))
+            .await
+            .expect("binds")
+    }
+
+    async fn server(limits: Limits) -> SocketAddr {
+        health_server(limits, MAX_CONNECTIONS).await
+    }
+
+    /// An open (plain, unauthenticated) metrics server for `registry`.
+    async fn metrics_server(registry: Registry) -> SocketAddr {
+        let addr = SocketAddr::from(([127, 0, 0, 1], 0));
+        serve_metrics(addr, registry, MetricsAccess::Open, &Pool::new())
             .await
             .expect("binds")
     }
@@ -363,9 +505,37 @@ mod tests {
         })
         .await;
         let mut s = TcpStream::connect(addr).expect("connects");
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHo").expect("writes");
+        s.write_all(b"GET /readyz HTTP/1.1\r\nHo").expect("writes");
         let (_, closed) = until_closed(&mut s, Duration::from_secs(5));
         let closed = closed.expect("the server closes a half-sent header");
+        assert!(
+            closed >= deadline - Duration::from_millis(50) && closed < Duration::from_secs(2),
+            "closed after {closed:?}, deadline {deadline:?}"
+        );
+    }
+
+    /// A client that opens the HTTPS port and never says hello holds a connection no longer than
+    /// one that sends half a header.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_silent_client_is_cut_at_the_tls_handshake_deadline() {
+        let deadline = Duration::from_millis(300);
+        let server = Server {
+            site: Site::Metrics {
+                registry: Registry::default(),
+                auth: None,
+            },
+            tls: Some(tls::acceptor(None, vec!["localhost".into()]).expect("a certificate")),
+            limits: Limits {
+                header_read_timeout: deadline,
+                ..Limits::default()
+            },
+        };
+        let addr = serve_with(SocketAddr::from(([127, 0, 0, 1], 0)), server, Pool::new())
+            .await
+            .expect("binds");
+        let mut s = TcpStream::connect(addr).expect("connects");
+        let (_, closed) = until_closed(&mut s, Duration::from_secs(5));
+        let closed = closed.expect("the server closes a silent TLS client");
         assert!(
             closed >= deadline - Duration::from_millis(50) && closed < Duration::from_secs(2),
             "closed after {closed:?}, deadline {deadline:?}"
@@ -396,11 +566,13 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn at_the_cap_a_new_connection_evicts_the_oldest_and_is_served() {
-        let addr = server(Limits {
-            max_connections: 2,
-            header_read_timeout: Duration::from_secs(60),
-            ..Limits::default()
-        })
+        let addr = health_server(
+            Limits {
+                header_read_timeout: Duration::from_secs(60),
+                ..Limits::default()
+            },
+            2,
+        )
         .await;
         // Accepted in connect order (the kernel's backlog is a queue).
         let mut oldest = TcpStream::connect(addr).expect("connects");
@@ -468,7 +640,7 @@ mod tests {
         }
         let mut registry = Registry::default();
         registry.register("big", "many series", family);
-        let addr = server_of(registry, Limits::default()).await;
+        let addr = metrics_server(registry).await;
         let mut s = TcpStream::connect(addr).expect("connects");
         s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             .expect("writes");
