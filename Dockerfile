@@ -26,6 +26,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=builder /out/event-series /event-series
 USER 65532:65532
-EXPOSE 8080
+# metrics (HTTPS), health (plain HTTP)
+EXPOSE 8443 8081
 ENTRYPOINT ["/event-series"]
 CMD ["run"]

@@ -68,18 +68,22 @@ api_writes() {
     END { printf "%d %d\n", core, ev }'
 }
 
-# operator_start LOGFILE ARGS...: runs the operator with the admin kubeconfig; sets OP_PID, OP_URL.
+# operator_start LOGFILE ARGS...: runs the operator with the admin kubeconfig, metrics over plain HTTP;
+# sets OP_PID, OP_URL (metrics) and OP_HEALTH (probes).
 operator_start() {
-  local logfile="$1" port
+  local logfile="$1" port health
   shift
   port="$(free_port)"
+  health="$(free_port)"
   OP_URL="http://127.0.0.1:$port"
-  KUBECONFIG="$KUBECONFIG_FILE" NO_COLOR=1 "$OPERATOR" run --metrics-addr "127.0.0.1:$port" "$@" \
+  OP_HEALTH="http://127.0.0.1:$health"
+  KUBECONFIG="$KUBECONFIG_FILE" NO_COLOR=1 "$OPERATOR" run --metrics-addr "127.0.0.1:$port" \
+    --metrics-secure=false --health-addr "127.0.0.1:$health" "$@" \
     </dev/null >"$logfile" 2>&1 &
   OP_PID=$!
 }
 
-operator_ready() { [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$OP_URL/readyz")" = 200 ]; }
+operator_ready() { [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$OP_HEALTH/readyz")" = 200 ]; }
 
 # op_metric NAME: the value of one metric line of the operator (first match, exact name+labels).
 op_metric() {

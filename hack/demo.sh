@@ -149,11 +149,16 @@ contexts:
 current-context: demo
 EOF
 )
-metrics_port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
-  echo $((20000 + RANDOM % 30000)))"
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
+    echo $((20000 + RANDOM % 30000))
+}
+metrics_port="$(free_port)"
+health_port="$(free_port)"
 KUBECONFIG="$SA_KUBECONFIG" NO_COLOR=1 "$OPERATOR" run \
   --leader-elect --lease-namespace event-series-system --instance demo-local \
-  --metrics-addr "127.0.0.1:$metrics_port" --watch-timeout 15s \
+  --metrics-addr "127.0.0.1:$metrics_port" --metrics-secure=false --health-addr "127.0.0.1:$health_port" \
+  --watch-timeout 15s \
   </dev/null >"$DIR/operator.log" 2>&1 &
 operator_pid=$!
 
@@ -165,7 +170,7 @@ operator_failed() {
 }
 for _ in $(seq 150); do
   operator_alive || operator_failed "the operator exited"
-  curl -fsS --max-time 1 "http://127.0.0.1:$metrics_port/healthz" >/dev/null 2>&1 && break
+  curl -fsS --max-time 1 "http://127.0.0.1:$health_port/healthz" >/dev/null 2>&1 && break
   sleep 0.2
 done
 holder=''
@@ -176,7 +181,7 @@ for _ in $(seq 90); do
   sleep 0.5
 done
 [ "$holder" = demo-local ] || operator_failed "the operator did not take the Lease event-series-system/event-series"
-note "pid $operator_pid, leader (Lease event-series-system/event-series), metrics http://127.0.0.1:$metrics_port/metrics"
+note "pid $operator_pid, leader (Lease event-series-system/event-series), metrics http://127.0.0.1:$metrics_port/metrics (plain HTTP here: --metrics-secure=false)"
 note "log: ${DIR#"$ROOT"/}/operator.log"
 k get eventseriespolicies
 

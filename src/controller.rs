@@ -362,7 +362,11 @@ pub async fn run(
                 let now = Utc::now();
                 engine.tick_with_input(now, current.clock(now));
             }
-            _ = housekeeping.tick() => engine.housekeep(Utc::now()),
+            _ = housekeeping.tick() => {
+                let now = Utc::now();
+                engine.housekeep(now);
+                metrics.set_ongoing_ages(engine.ongoing_longer_than(now, Metrics::ongoing_bounds()));
+            }
             s = &mut shutdown => {
                 stop = s;
                 break;

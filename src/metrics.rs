@@ -38,6 +38,20 @@ pub const DROP_REASONS: &[&str] = &[
 /// Every `reason` of `series_evicted_total`.
 pub const EVICTION_REASONS: &[&str] = &["max_active_series", "max_active_series_per_namespace"];
 
+/// The `duration` labels of `series_ongoing_longer_than`, with their lengths: few and fixed, so that
+/// the family stays four series whatever the cluster does.
+pub const ONGOING_AGES: [(&str, i64); 4] = [
+    ("10m", 600),
+    ("1h", 3_600),
+    ("6h", 6 * 3_600),
+    ("24h", 24 * 3_600),
+];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AgeLabels {
+    pub duration: String,
+}
+
 /// Every metric the operator exports.
 #[derive(Default)]
 pub struct Metrics {
@@ -57,6 +71,8 @@ pub struct Metrics {
     pub series_evicted: Family<DropLabels, Counter>,
     pub recovery_rejected: Family<DropLabels, Counter>,
     pub truncated: Counter,
+    /// `series_ongoing_longer_than{duration}`: see [`Metrics::set_ongoing_ages`].
+    pub ongoing_longer_than: Family<AgeLabels, Gauge>,
     /// `ingest_lag_seconds`: see [`Metrics::ingest_lag`].
     pub ingest_lag: IngestLag,
     /// Engine counters already exported, so that [`Metrics::sync_engine`] adds only the growth.
@@ -173,6 +189,12 @@ impl Metrics {
             metrics.truncated.clone(),
         );
         r.register(
+            "series_ongoing_longer_than",
+            "Series Ongoing whose loop has lasted (since its first occurrence) longer than \
+             `duration`: 10m, 1h, 6h or 24h; refreshed every 10 s",
+            metrics.ongoing_longer_than.clone(),
+        );
+        r.register(
             "ingest_lag_seconds",
             "Time from an occurrence's own timestamp (series.lastObservedTime, eventTime or \
              lastTimestamp) to the engine observing it from the watch",
@@ -181,6 +203,7 @@ impl Metrics {
         for reason in DROP_REASONS {
             metrics.dropped(reason, 0);
         }
+        metrics.set_ongoing_ages([0; ONGOING_AGES.len()]);
         for reason in EVICTION_REASONS {
             let _ = metrics.series_evicted.get_or_create(&label(reason));
         }
@@ -249,6 +272,22 @@ impl Metrics {
     ) {
         let lag = (now - last).num_microseconds().unwrap_or(i64::MAX).max(0) as f64 / 1e6;
         self.ingest_lag.0.observe(lag);
+    }
+
+    /// The engine's counts for [`ONGOING_AGES`], in that order.
+    pub fn set_ongoing_ages(&self, counts: [u64; ONGOING_AGES.len()]) {
+        for ((duration, _), n) in ONGOING_AGES.iter().zip(counts) {
+            self.ongoing_longer_than
+                .get_or_create(&AgeLabels {
+                    duration: (*duration).to_owned(),
+                })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// The bounds of [`ONGOING_AGES`] for [`crate::engine::Engine::ongoing_longer_than`].
+    pub fn ongoing_bounds() -> [chrono::TimeDelta; ONGOING_AGES.len()] {
+        ONGOING_AGES.map(|(_, secs)| chrono::TimeDelta::seconds(secs))
     }
 
     /// Copies the growth of the engine's counters since the last call.

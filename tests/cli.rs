@@ -35,6 +35,9 @@ fn help_lists_the_subcommands() {
     let text = String::from_utf8_lossy(&run.stdout);
     for flag in [
         "--metrics-addr",
+        "--metrics-secure",
+        "--metrics-cert-dir",
+        "--health-addr",
         "--log-format",
         "--heartbeat-interval",
         "--finish-after",

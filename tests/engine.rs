@@ -652,3 +652,28 @@ fn occurrences_delivered_late_while_the_clock_is_held_join_their_series() {
     assert_eq!(finished, [("web-0".into(), 30), ("web-1".into(), 25)]);
     assert_eq!(engine.active_series(), 0);
 }
+
+/// The alert on loops Ongoing for too long reads these counts (`series_ongoing_longer_than`).
+#[test]
+fn ongoing_ages_count_each_loop_by_how_long_it_has_lasted() {
+    let mut sim = Sim::new(fast_settings());
+    let bounds = [secs(600), secs(3_600), secs(6 * 3_600)];
+    assert_eq!(sim.engine.ongoing_longer_than(sim.now, bounds), [0, 0, 0]);
+    // A loop every 10 s for 2 hours; a second one for its last 5 minutes.
+    for i in 0..720 {
+        sim.occur("a", "r1", "web-0", "BackOff", false);
+        if i >= 690 {
+            sim.occur("a", "r2", "web-1", "BackOff", false);
+        }
+        sim.advance(secs(10), secs(10));
+    }
+    assert_eq!(sim.engine.active_series(), 2);
+    assert_eq!(
+        sim.engine.ongoing_longer_than(sim.now, bounds),
+        [1, 1, 0],
+        "only the 2-hour loop is past 10m and 1h"
+    );
+    sim.advance(secs(60), secs(1));
+    assert_eq!(sim.engine.active_series(), 0, "both finished");
+    assert_eq!(sim.engine.ongoing_longer_than(sim.now, bounds), [0, 0, 0]);
+}

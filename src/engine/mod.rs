@@ -191,6 +191,23 @@ impl Engine {
         self.slots.iter().map(|s| s.series.len()).sum()
     }
 
+    /// How many Ongoing series have lasted (since their first occurrence) longer than each of
+    /// `bounds` at `now`: the loops an alert on "Ongoing for too long" looks for. O(active series).
+    pub fn ongoing_longer_than<const N: usize>(
+        &self,
+        now: DateTime<Utc>,
+        bounds: [TimeDelta; N],
+    ) -> [u64; N] {
+        let mut counts = [0; N];
+        for (_, s) in self.slots.iter().flat_map(|s| s.series.iter()) {
+            let lasted = now - s.tally.first();
+            for (count, bound) in counts.iter_mut().zip(bounds) {
+                *count += u64::from(lasted > bound);
+            }
+        }
+        counts
+    }
+
     /// Keys seen within their window that may still become a series.
     pub fn candidates(&self) -> usize {
         self.slots.iter().map(|s| s.candidates.len()).sum()
