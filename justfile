@@ -41,6 +41,19 @@ fmt:
 build:
     cargo build --release
 
+# Install event-series and, linked to it, the kubectl plugin kubectl-series (`kubectl series`) into cargo's bin directory.
+install:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    cargo install --path . --locked
+    bin="${CARGO_INSTALL_ROOT:-${CARGO_HOME:-$HOME/.cargo}}/bin"
+    ln -sf event-series "$bin/kubectl-series"
+    echo "installed $bin/event-series and $bin/kubectl-series (-> event-series); put $bin on your PATH for \`kubectl series\`"
+
+# Build helm and promtool (Go modules) into target/tools/bin for the manifest tests.
+tools:
+    bash hack/tools.sh
+
 # The benchmarks (not part of `just test`; bench/README.md lists them); figures go to docs/BENCHMARKS.md. Ends with bench-e2e (about 45 min).
 bench: && bench-e2e
     cargo bench --bench engine

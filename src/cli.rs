@@ -1,4 +1,4 @@
-//! The command line: `event-series run`, `event-series crd`.
+//! The command line: `event-series run`, `event-series get` (also `kubectl series`), `event-series crd`.
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
@@ -22,8 +22,67 @@ pub struct Cli {
 pub enum Command {
     /// Run the controller (kubeconfig: KUBECONFIG, ~/.kube/config, or in-cluster).
     Run(Box<RunArgs>),
+    /// Print the series as a table, one row per loop, newest last (also `kubectl series`).
+    Get(GetArgs),
     /// Print the EventSeriesPolicy CustomResourceDefinition as YAML.
     Crd,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SeriesState {
+    Ongoing,
+    Finished,
+}
+
+impl SeriesState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SeriesState::Ongoing => "Ongoing",
+            SeriesState::Finished => "Finished",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// More columns: REPORTER, NAME, NOTE.
+    Wide,
+    /// A v1 List of the series objects, as the API returned them.
+    Json,
+    Yaml,
+}
+
+/// `event-series get` / `kubectl series`: reads the series objects (events.k8s.io/v1 Events labelled
+/// app.kubernetes.io/managed-by=event-series) with your own kubeconfig and rights.
+#[derive(Debug, Clone, clap::Args)]
+pub struct GetArgs {
+    /// Namespace to read (default: the kubeconfig context's).
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+    /// Every namespace.
+    #[arg(short = 'A', long, conflicts_with = "namespace")]
+    pub all_namespaces: bool,
+    /// Only series in this state.
+    #[arg(long, value_enum, ignore_case = true)]
+    pub state: Option<SeriesState>,
+    /// Label selector, ANDed with the series label (for example eventseries.dev/state=Ongoing).
+    #[arg(short = 'l', long)]
+    pub selector: Option<String>,
+    /// Only series about this object: kind/name, the kind case-insensitive (pod/web-0).
+    #[arg(long = "for", value_name = "KIND/NAME")]
+    pub for_object: Option<String>,
+    /// Output format (default: the table).
+    #[arg(short = 'o', long, value_enum)]
+    pub output: Option<Output>,
+    /// After the table, print a row whenever a series object is created or written.
+    #[arg(short = 'w', long)]
+    pub watch: bool,
+    /// Path of the kubeconfig (default: KUBECONFIG, ~/.kube/config, in-cluster).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use.
+    #[arg(long)]
+    pub context: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -6,7 +6,7 @@
 //! [`config::settings`] says what each namespace's policy is. The shell performs it: [`watch`] lists
 //! and watches raw Events, [`restart`] rebuilds the engine from the API server, [`writer`] writes
 //! intents, [`config::policy_watch`] keeps policies live, [`leader`] elects one writer and fences it,
-//! [`server`] serves metrics and probes ([`health`] says whether it is ready), [`client`] gives every
+//! [`server`] serves metrics and probes, [`reading`] prints the series for `event-series get` ([`health`] says whether it is ready), [`client`] gives every
 //! request to the API server a deadline, and [`controller`] ties them together. `docs/ARCHITECTURE.md` draws the flow.
 
 pub mod cli;
@@ -22,6 +22,7 @@ pub mod memory;
 pub mod metrics;
 pub mod object;
 pub mod paging;
+pub mod reading;
 pub mod restart;
 pub mod retry;
 pub mod server;

@@ -1,6 +1,6 @@
 use anyhow::{Context, bail};
 use clap::Parser;
-use event_series::cli::{Cli, Command, LogFormat, RunArgs};
+use event_series::cli::{Cli, Command, GetArgs, LogFormat, Output, RunArgs};
 use event_series::client::{self, WATCH_MARGIN};
 use event_series::config::Settings;
 use event_series::config::duration::{self, parse as parse_duration};
@@ -9,6 +9,7 @@ use event_series::health::Health;
 use event_series::leader::elector::Timings;
 use event_series::leader::{Election, LeaseConfig, WriteFence};
 use event_series::metrics::Metrics;
+use event_series::reading;
 use event_series::server;
 use event_series::writer::WriterConfig;
 use std::sync::Arc;
@@ -25,9 +26,39 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The name under which kubectl finds the plugin: `kubectl series ...` runs `kubectl-series ...`.
+const PLUGIN_NAME: &str = "kubectl-series";
+
+/// The arguments, with `get` put first when the binary runs as `kubectl-series`, so that the plugin
+/// answers exactly like `event-series get`.
+fn arguments() -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let as_plugin = args
+        .first()
+        .and_then(|a0| std::path::Path::new(a0).file_name())
+        .is_some_and(|n| n == PLUGIN_NAME);
+    if as_plugin {
+        args.insert(1, "get".into());
+    }
+    args
+}
+
 fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(arguments());
     match cli.command {
+        Command::Get(args) => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let query = query(args);
+            let (mut out, mut err) = (std::io::stdout().lock(), std::io::stderr());
+            if let Err(e) = runtime.block_on(reading::get(&query, &mut out, &mut err)) {
+                drop(out);
+                eprintln!("{e}");
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         Command::Run(args) => {
             event_series::memory::tune_allocator();
             let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -225,6 +256,34 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The flags of `event-series get` as a query; a malformed `--for` is a usage error (exit 2).
+fn query(args: GetArgs) -> reading::Query {
+    let regarding = match args.for_object.as_deref().map(reading::table::parse_for) {
+        Some(Err(why)) => {
+            eprintln!("error: {why}");
+            std::process::exit(2);
+        }
+        Some(Ok(r)) => Some(r),
+        None => None,
+    };
+    reading::Query {
+        namespace: args.namespace,
+        all_namespaces: args.all_namespaces,
+        state: args.state.map(|s| s.as_str().to_owned()),
+        selector: args.selector,
+        regarding,
+        format: match args.output {
+            None => reading::Format::Table,
+            Some(Output::Wide) => reading::Format::Wide,
+            Some(Output::Json) => reading::Format::Json,
+            Some(Output::Yaml) => reading::Format::Yaml,
+        },
+        watch: args.watch,
+        kubeconfig: args.kubeconfig,
+        context: args.context,
+    }
 }
 
 /// A duration flag as a std `Duration` (the Kubernetes form: `90s`, `1m30s`).

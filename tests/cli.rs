@@ -77,3 +77,45 @@ fn crds_dir_matches_event_series_crd() {
     );
     assert!(generated.contains("kind: CustomResourceDefinition"));
 }
+
+/// `kubectl series` runs the binary as `kubectl-series`: it answers as `event-series get`.
+#[test]
+fn as_kubectl_series_the_binary_is_get() {
+    let dir = std::env::temp_dir().join(format!("event-series-plugin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let plugin = dir.join("kubectl-series");
+    std::fs::copy(env!("CARGO_BIN_EXE_event-series"), &plugin).expect("copies the binary");
+    let help = std::process::Command::new(&plugin)
+        .arg("--help")
+        .output()
+        .expect("runs");
+    let text = String::from_utf8_lossy(&help.stdout);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(help.status.success(), "{text}");
+    for flag in [
+        "--all-namespaces",
+        "--state",
+        "--selector",
+        "--for <KIND/NAME>",
+        "--output",
+        "--watch",
+        "--kubeconfig",
+        "--context",
+    ] {
+        assert!(
+            text.contains(flag),
+            "{flag} missing from kubectl series --help:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn get_refuses_a_malformed_for_and_a_bad_state() {
+    let out = cli(&["get", "--for", "web-0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected kind/name"));
+    let out = cli(&["get", "--state", "Sleeping"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = cli(&["get", "-A", "-n", "x"]);
+    assert_eq!(out.status.code(), Some(2), "-A and -n conflict");
+}

@@ -11,6 +11,7 @@ mod network;
 mod operator;
 mod policy;
 mod ports;
+mod reading;
 mod secure_metrics;
 mod watch;
 

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Builds the tools the manifest tests need, from their Go modules, into target/tools/bin:
+#   helm      (helm.sh/helm/v3)                     helm lint, helm template of charts/event-series
+#   promtool  (github.com/prometheus/prometheus)    promtool check rules of config/prometheus
+# A tool is rebuilt only when its version below changes, so a second run takes milliseconds.
+# Usage: hack/tools.sh [name...]   (default: both)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BIN="$ROOT/target/tools/bin"
+declare -A MODULE=(
+  [helm]="helm.sh/helm/v3/cmd/helm@v3.22.0"
+  [promtool]="github.com/prometheus/prometheus/cmd/promtool@v0.316.0"
+)
+
+command -v go >/dev/null 2>&1 || export PATH="$PATH:/usr/local/go/bin"
+command -v go >/dev/null 2>&1 || { echo "tools: go not found (need Go >= 1.26)" >&2; exit 1; }
+mkdir -p "$BIN"
+
+names=("$@")
+[ ${#names[@]} -gt 0 ] || names=(helm promtool)
+for name in "${names[@]}"; do
+  module="${MODULE[$name]:-}"
+  [ -n "$module" ] || { echo "tools: unknown tool $name" >&2; exit 1; }
+  stamp="$BIN/.$name.version"
+  if [ -x "$BIN/$name" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$module" ]; then
+    continue
+  fi
+  echo "tools: building $name ($module)" >&2
+  started=$SECONDS
+  # The local Go, no toolchain download; CGO off: static binaries that need no C toolchain.
+  GOBIN="$BIN" GOTOOLCHAIN=local CGO_ENABLED=0 go install "$module"
+  echo "$module" >"$stamp"
+  echo "tools: $name built in $((SECONDS - started)) s" >&2
+done

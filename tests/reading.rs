@@ -1,0 +1,157 @@
+//! The `event-series get` table to the character, from series objects built here and a fixed clock
+//! (SPEC Reading). The expected text lives in `tests/snapshots/`: a change to the table shows there
+//! as a diff to review.
+
+use chrono::{DateTime, TimeDelta, Utc};
+use event_series::reading::table::{Filter, Layout, render, rows};
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::{Event, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use std::collections::BTreeMap;
+
+fn now() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default()
+}
+
+fn micro(t: DateTime<Utc>) -> MicroTime {
+    MicroTime(Timestamp::from_microsecond(t.timestamp_micros()).unwrap_or_default())
+}
+
+/// A series object as the operator writes it: started `ago` before now, last seen `last_ago` before.
+#[allow(clippy::too_many_arguments)]
+fn series(
+    ns: &str,
+    kind: &str,
+    name: &str,
+    reason: &str,
+    count: i32,
+    state: &str,
+    ago: i64,
+    last_ago: i64,
+    note: &str,
+) -> Event {
+    let started = now() - TimeDelta::seconds(ago);
+    let last = now() - TimeDelta::seconds(last_ago);
+    Event {
+        metadata: ObjectMeta {
+            name: Some(format!("{name}.{:016x}", ago)),
+            namespace: Some(ns.to_owned()),
+            labels: Some(BTreeMap::from([
+                ("app.kubernetes.io/managed-by".into(), "event-series".into()),
+                ("eventseries.dev/state".into(), state.into()),
+            ])),
+            ..Default::default()
+        },
+        event_time: Some(micro(started)),
+        series: (count > 1).then(|| EventSeries {
+            count,
+            last_observed_time: micro(last),
+        }),
+        regarding: Some(ObjectReference {
+            kind: Some(kind.into()),
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        }),
+        reason: Some(reason.into()),
+        note: Some(note.into()),
+        reporting_controller: Some("kubelet".into()),
+        reporting_instance: Some("node-1".into()),
+        action: Some("Restart".into()),
+        type_: Some("Warning".into()),
+        ..Default::default()
+    }
+}
+
+fn fixture() -> Vec<Event> {
+    vec![
+        // A crash loop of a day and a half, still going.
+        series(
+            "shop",
+            "Pod",
+            "web-0",
+            "BackOff",
+            1_290,
+            "Ongoing",
+            36 * 3_600,
+            20,
+            "Back-off restarting failed container web in pod web-0_shop(1a2b)",
+        ),
+        // Unschedulable for 32 minutes, ended 88 minutes ago.
+        series(
+            "shop",
+            "Pod",
+            "db-0",
+            "FailedScheduling",
+            14,
+            "Finished",
+            2 * 3_600,
+            3_600 + 1_680,
+            "0/3 nodes are available: 3 Insufficient memory.\npreemption: 0/3 nodes are available",
+        ),
+        // A quota loop in another namespace, 95 seconds old.
+        series(
+            "batch",
+            "ReplicaSet",
+            "etl-7d9f",
+            "FailedCreate",
+            31,
+            "Ongoing",
+            95,
+            5,
+            &"x".repeat(300),
+        ),
+        // One occurrence recorded (a series object always has two; here the count field is absent).
+        series(
+            "batch",
+            "Job",
+            "nightly",
+            "BackoffLimitExceeded",
+            1,
+            "Finished",
+            9 * 86_400,
+            9 * 86_400,
+            "Job has reached the specified backoff limit",
+        ),
+    ]
+}
+
+fn check(name: &str, got: &str) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/snapshots")
+        .join(name);
+    let want = std::fs::read_to_string(&path).unwrap_or_default();
+    assert_eq!(got, want, "{} differs; got:\n{got}", path.display());
+}
+
+#[test]
+fn the_table_of_one_namespace_newest_last() {
+    let events: Vec<Event> = fixture()
+        .into_iter()
+        .filter(|e| e.metadata.namespace.as_deref() == Some("shop"))
+        .collect();
+    let (text, _) = render(&rows(&events, &Filter::default()), Layout::default(), now());
+    check("get.txt", &text);
+}
+
+#[test]
+fn the_wide_table_of_all_namespaces() {
+    let layout = Layout {
+        namespaces: true,
+        wide: true,
+    };
+    let (text, _) = render(&rows(&fixture(), &Filter::default()), layout, now());
+    check("get-all-wide.txt", &text);
+}
+
+#[test]
+fn for_selects_one_object_whatever_the_case_of_its_kind() {
+    let filter = Filter {
+        regarding: Some(("replicaset".into(), "etl-7d9f".into())),
+    };
+    let selected = rows(&fixture(), &filter);
+    assert_eq!(selected.len(), 1);
+    assert_eq!(selected[0].object, "replicaset/etl-7d9f");
+    assert_eq!(selected[0].count, 31);
+}
