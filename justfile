@@ -6,13 +6,14 @@ set shell := ["bash", "-euo", "pipefail", "-c"]
 default:
     @just --list
 
-# Everything: fmt, clippy, unit, property and end-to-end tests (real kube-apiserver in target/envtest-e2e).
+# Everything: fmt, clippy, unit, property, manifest (helm, promtool) and end-to-end tests (real kube-apiserver in target/envtest-e2e).
 test: lint
     #!/usr/bin/env bash
     set -euo pipefail
     export ENVTEST_DIR="$PWD/target/envtest-e2e"
     trap 'bash hack/cluster-down.sh' EXIT
     bash hack/build-envtest.sh   # apiserver, etcd, kubectl and the client-go emitter
+    bash hack/tools.sh           # helm and promtool, for the chart and alert-rule tests
     bash hack/cluster-up.sh
     EVENT_SERIES_E2E_KUBECONFIG="$ENVTEST_DIR/kubeconfig" cargo test --workspace --all-targets
 
@@ -29,9 +30,10 @@ lint:
     cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings
 
-# Regenerate crds/ from the Rust types (a test fails when they differ).
+# Regenerate crds/ (and the chart's copy) from the Rust types (a test fails when they differ).
 crds:
     cargo run --quiet -- crd > crds/eventseries.dev_eventseriespolicies.yaml
+    cp crds/eventseries.dev_eventseriespolicies.yaml charts/event-series/crds/
 
 # Format the code.
 fmt:
@@ -109,6 +111,7 @@ faults:
     #!/usr/bin/env bash
     set -euo pipefail
     bash hack/build-envtest.sh   # apiserver, etcd, kubectl and the client-go emitter
+    bash hack/tools.sh           # helm and promtool, for the chart and alert-rule tests
     cargo test --test faults -- --ignored --test-threads=1 --nocapture
     just fuzz
 

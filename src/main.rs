@@ -156,6 +156,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::default());
     let stall_after = Duration::from_secs(watch_timeout_secs.into()) + WATCH_MARGIN;
     let health = Arc::new(Health::new(stall_after, request_timeout));
+    Metrics::watch_readiness(metrics.clone(), health.clone());
     let pool = server::Pool::new();
     let health_bound = server::serve_health(args.health_addr, health.clone(), &pool)
         .await

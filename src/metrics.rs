@@ -65,6 +65,8 @@ pub struct Metrics {
     pub watch_stalls: Counter,
     /// 1 while this replica holds the Lease (or runs without leader election), else 0.
     pub leader: Gauge,
+    /// 1 while `/readyz` would answer 200: see [`Metrics::watch_readiness`].
+    pub ready: Gauge,
     pub writes_pending: Gauge,
     pub bookmarks: Counter,
     pub dropped: Family<DropLabels, Counter>,
@@ -153,6 +155,12 @@ impl Metrics {
             "leader",
             "1 on the replica that holds the Lease (and without leader election), 0 on a standby",
             metrics.leader.clone(),
+        );
+        r.register(
+            "ready",
+            "1 while this replica's /readyz answers 200 (a standby included), else 0; refreshed \
+             every 5 s",
+            metrics.ready.clone(),
         );
         r.register(
             "writes_pending",
@@ -272,6 +280,22 @@ impl Metrics {
     ) {
         let lag = (now - last).num_microseconds().unwrap_or(i64::MAX).max(0) as f64 / 1e6;
         self.ingest_lag.0.observe(lag);
+    }
+
+    /// Keeps `ready` equal to what `/readyz` answers, so that an alert can see a replica that is up
+    /// but not ready (the probe only takes it out of the Service).
+    pub fn watch_readiness(
+        metrics: std::sync::Arc<Metrics>,
+        health: std::sync::Arc<crate::health::Health>,
+    ) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(std::time::Duration::from_secs(5));
+            loop {
+                every.tick().await;
+                let ok = health.readiness(std::time::Instant::now()).is_ok();
+                metrics.ready.set(i64::from(ok));
+            }
+        })
     }
 
     /// The engine's counts for [`ONGOING_AGES`], in that order.

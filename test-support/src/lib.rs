@@ -19,6 +19,7 @@ pub mod check;
 pub mod cluster;
 pub mod emitter;
 pub mod load;
+pub mod manifests;
 pub mod process;
 pub mod proxy;
 pub mod raw;

@@ -8,6 +8,7 @@ mod harness;
 mod install;
 mod isolation;
 mod network;
+mod observability;
 mod operator;
 mod policy;
 mod ports;

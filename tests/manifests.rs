@@ -1,0 +1,350 @@
+//! SPEC Install: the Helm chart installs what `config/default` installs, `helm lint` is clean, the
+//! alert rules pass `promtool`, and every metric the rules and the dashboard use is one the operator
+//! exports. The tools come from `hack/tools.sh` (helm, promtool) and `hack/build-envtest.sh`
+//! (kubectl, for kustomize); `just test` builds both first.
+
+use event_series::metrics::Metrics;
+use event_series_test_support::manifests::{exported_names, metric_names_used};
+use event_series_test_support::repo_root;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+
+/// A tool built under `target/`, or `None` (a skip, said out loud) when it is missing outside CI.
+fn tool(path: &str) -> Option<PathBuf> {
+    let bin = repo_root().join(path);
+    if bin.exists() {
+        return Some(bin);
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{path} is missing (hack/tools.sh and hack/build-envtest.sh build it)"
+    );
+    println!("skipped: {path} is missing; run `just tools` and `bash hack/build-envtest.sh`");
+    None
+}
+
+fn run(bin: &PathBuf, args: &[&str]) -> String {
+    let out = Command::new(bin)
+        .args(args)
+        .current_dir(repo_root())
+        .output()
+        .expect("the tool runs");
+    assert!(
+        out.status.success(),
+        "{} {args:?}: {}{}",
+        bin.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Whole numbers written as floats (`1.0`, as the generated CRD has them) as integers, the way
+/// kustomize prints them: the same value either way.
+fn whole_numbers(v: Value) -> Value {
+    match v {
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if n.is_f64() && f.fract() == 0.0 && f.abs() < 9e15 => Value::from(f as i64),
+            _ => Value::Number(n),
+        },
+        Value::Array(a) => Value::Array(a.into_iter().map(whole_numbers).collect()),
+        Value::Object(o) => {
+            Value::Object(o.into_iter().map(|(k, v)| (k, whole_numbers(v))).collect())
+        }
+        other => other,
+    }
+}
+
+/// Every object of a multi-document YAML stream, by (kind, name, namespace).
+fn objects(yaml: &str) -> BTreeMap<(String, String, String), Value> {
+    let mut out = BTreeMap::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(yaml) {
+        let v = whole_numbers(Value::deserialize(doc).expect("valid YAML"));
+        if v.is_null() {
+            continue;
+        }
+        let s = |p: &str| {
+            v.pointer(p)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        };
+        let key = (s("/kind"), s("/metadata/name"), s("/metadata/namespace"));
+        assert!(out.insert(key.clone(), v).is_none(), "{key:?} twice");
+    }
+    out
+}
+
+use serde::Deserialize;
+
+const CHART: &str = "charts/event-series";
+
+fn helm_template(helm: &PathBuf, set: &[&str]) -> BTreeMap<(String, String, String), Value> {
+    let mut args = vec![
+        "template",
+        "event-series",
+        CHART,
+        "--namespace",
+        "event-series-system",
+        "--include-crds",
+    ];
+    for s in set {
+        args.extend(["--set", s]);
+    }
+    objects(&run(helm, &args))
+}
+
+#[test]
+fn helm_lint_is_clean() {
+    let Some(helm) = tool("target/tools/bin/helm") else {
+        return;
+    };
+    let out = run(&helm, &["lint", "--strict", CHART]);
+    println!("{out}");
+    assert!(out.contains("0 chart(s) failed"), "{out}");
+    // The values that switch parts on lint as well.
+    run(
+        &helm,
+        &[
+            "lint",
+            "--strict",
+            CHART,
+            "--set",
+            "serviceMonitor.enabled=true,prometheusRule.enabled=true,metrics.certSecret=tls",
+        ],
+    );
+}
+
+/// Default values render the objects of `kustomize build config/default`: the same kinds, names and
+/// namespaces (the chart leaves the Namespace to Helm), the same RBAC rules, Deployment container,
+/// security contexts, Service, PodDisruptionBudget, NetworkPolicy and admission policy.
+#[test]
+fn the_chart_renders_what_config_default_installs() {
+    let (Some(helm), Some(kubectl)) = (
+        tool("target/tools/bin/helm"),
+        tool("target/envtest/bin/kubectl"),
+    ) else {
+        return;
+    };
+    let chart = helm_template(&helm, &[]);
+    let mut kustomized = objects(&run(&kubectl, &["kustomize", "config/default"]));
+    let namespace = kustomized.remove(&(
+        "Namespace".into(),
+        "event-series-system".into(),
+        String::new(),
+    ));
+    assert!(namespace.is_some(), "config/default makes the namespace");
+    let names =
+        |m: &BTreeMap<(String, String, String), Value>| m.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(names(&chart), names(&kustomized), "the same objects");
+
+    let same = |kind: &str, name: &str, pointer: &str| {
+        let ns = if matches!(
+            kind,
+            "ClusterRole"
+                | "ClusterRoleBinding"
+                | "CustomResourceDefinition"
+                | "ValidatingAdmissionPolicy"
+                | "ValidatingAdmissionPolicyBinding"
+        ) {
+            ""
+        } else {
+            "event-series-system"
+        };
+        let key = (kind.to_owned(), name.to_owned(), ns.to_owned());
+        let a = chart[&key].pointer(pointer);
+        let b = kustomized[&key].pointer(pointer);
+        assert!(
+            a.is_some(),
+            "{kind}/{name} {pointer} missing from the chart"
+        );
+        assert_eq!(a, b, "{kind}/{name} {pointer}");
+    };
+    for (kind, name) in [
+        ("ClusterRole", "event-series"),
+        ("ClusterRole", "event-series-metrics-reader"),
+        ("Role", "event-series-leader-election"),
+    ] {
+        same(kind, name, "/rules");
+    }
+    for (kind, name) in [
+        ("ClusterRoleBinding", "event-series"),
+        ("RoleBinding", "event-series-leader-election"),
+    ] {
+        same(kind, name, "/roleRef");
+        same(kind, name, "/subjects");
+    }
+    let pod = "/spec/template/spec";
+    for field in [
+        "/serviceAccountName",
+        "/automountServiceAccountToken",
+        "/securityContext",
+        "/terminationGracePeriodSeconds",
+        "/topologySpreadConstraints",
+        "/containers/0/image",
+        "/containers/0/args",
+        "/containers/0/env",
+        "/containers/0/ports",
+        "/containers/0/livenessProbe",
+        "/containers/0/readinessProbe",
+        "/containers/0/resources",
+        "/containers/0/securityContext",
+    ] {
+        same("Deployment", "event-series", &format!("{pod}{field}"));
+    }
+    same("Deployment", "event-series", "/spec/replicas");
+    same("Deployment", "event-series", "/spec/selector");
+    same("Service", "event-series-metrics", "/spec");
+    same("PodDisruptionBudget", "event-series", "/spec");
+    same("NetworkPolicy", "event-series", "/spec");
+    same(
+        "ServiceAccount",
+        "event-series",
+        "/automountServiceAccountToken",
+    );
+    same(
+        "ValidatingAdmissionPolicy",
+        "event-series-series-objects",
+        "/spec",
+    );
+    same(
+        "ValidatingAdmissionPolicyBinding",
+        "event-series-series-objects",
+        "/spec",
+    );
+    same(
+        "CustomResourceDefinition",
+        "eventseriespolicies.eventseries.dev",
+        "/spec",
+    );
+}
+
+/// The values do what the chart's README says.
+#[test]
+fn chart_values_switch_metrics_security_and_the_optional_parts() {
+    let Some(helm) = tool("target/tools/bin/helm") else {
+        return;
+    };
+    let args = |m: &BTreeMap<(String, String, String), Value>| -> Vec<String> {
+        let key = (
+            "Deployment".to_owned(),
+            "event-series".to_owned(),
+            "event-series-system".to_owned(),
+        );
+        serde_json::from_value(m[&key]["spec"]["template"]["spec"]["containers"][0]["args"].clone())
+            .unwrap_or_default()
+    };
+    let plain = helm_template(&helm, &["metrics.secure=false"]);
+    assert!(args(&plain).contains(&"--metrics-secure=false".to_owned()));
+    let own_cert = helm_template(&helm, &["metrics.certSecret=event-series-tls"]);
+    assert!(
+        args(&own_cert)
+            .iter()
+            .any(|a| a.starts_with("--metrics-cert-dir="))
+    );
+    let without = helm_template(
+        &helm,
+        &[
+            "networkPolicy.enabled=false,admissionPolicy.enabled=false,podDisruptionBudget.enabled=false",
+        ],
+    );
+    let kinds: BTreeSet<&str> = without.keys().map(|k| k.0.as_str()).collect();
+    for gone in [
+        "NetworkPolicy",
+        "ValidatingAdmissionPolicy",
+        "PodDisruptionBudget",
+    ] {
+        assert!(!kinds.contains(gone), "{gone} still rendered");
+    }
+    // Another release name and namespace: the admission policy exempts that ServiceAccount.
+    let other = objects(&run(
+        &helm,
+        &["template", "obs", CHART, "--namespace", "ops"],
+    ));
+    let vap = other
+        .iter()
+        .find(|(k, _)| k.0 == "ValidatingAdmissionPolicy")
+        .map(|(_, v)| v.to_string())
+        .unwrap_or_default();
+    assert!(
+        vap.contains("system:serviceaccount:ops:event-series"),
+        "{vap}"
+    );
+    let monitoring = helm_template(
+        &helm,
+        &["serviceMonitor.enabled=true,prometheusRule.enabled=true"],
+    );
+    let kinds: BTreeSet<&str> = monitoring.keys().map(|k| k.0.as_str()).collect();
+    assert!(kinds.contains("ServiceMonitor") && kinds.contains("PrometheusRule"));
+}
+
+/// The CRD in the chart is the generated one.
+#[test]
+fn the_chart_crd_is_the_generated_crd() {
+    let root = repo_root();
+    let chart = std::fs::read_to_string(
+        root.join("charts/event-series/crds/eventseries.dev_eventseriespolicies.yaml"),
+    )
+    .unwrap_or_default();
+    let generated =
+        std::fs::read_to_string(root.join("crds/eventseries.dev_eventseriespolicies.yaml"))
+            .unwrap_or_default();
+    assert!(!generated.is_empty());
+    assert_eq!(
+        chart, generated,
+        "`just crds` copies the CRD into the chart"
+    );
+}
+
+fn rule_spec() -> Value {
+    let text =
+        std::fs::read_to_string(repo_root().join("charts/event-series/files/prometheus-rule.yaml"))
+            .unwrap_or_default();
+    let rule: Value = serde_yaml_ng::from_str(&text).unwrap_or(Value::Null);
+    rule["spec"].clone()
+}
+
+#[test]
+fn the_alert_rules_pass_promtool() {
+    let Some(promtool) = tool("target/tools/bin/promtool") else {
+        return;
+    };
+    let path = std::env::temp_dir().join(format!("event-series-rules-{}.yaml", std::process::id()));
+    std::fs::write(
+        &path,
+        serde_yaml_ng::to_string(&rule_spec()).unwrap_or_default(),
+    )
+    .expect("writes the rule groups");
+    let out = run(&promtool, &["check", "rules", &path.to_string_lossy()]);
+    let _ = std::fs::remove_file(&path);
+    println!("{out}");
+    assert!(out.contains("SUCCESS: 9 rules found"), "{out}");
+}
+
+/// Every `event_series_*` name in the rules and the dashboard is one the operator exports (its
+/// registry as `/metrics` encodes it; `e2e::observability` checks a running operator's scrape).
+#[test]
+fn rules_and_dashboard_use_only_exported_metrics() {
+    let root = repo_root();
+    let rules =
+        std::fs::read_to_string(root.join("charts/event-series/files/prometheus-rule.yaml"))
+            .unwrap_or_default();
+    let dashboard =
+        std::fs::read_to_string(root.join("config/grafana/event-series.json")).unwrap_or_default();
+    let used = metric_names_used(&format!("{rules}\n{dashboard}"));
+    assert!(used.len() >= 12, "{used:?}");
+    let metrics = Arc::new(Metrics::default());
+    let registry = Metrics::registry(&metrics);
+    // A labelled family without a sample is not encoded at all: make one request, as the operator does.
+    metrics.request("patch", 200);
+    let scrape = event_series::metrics::encode(&registry);
+    let exported = exported_names(&scrape);
+    let unknown: Vec<_> = used.difference(&exported).collect();
+    assert!(unknown.is_empty(), "not exported: {unknown:?}");
+    let dash: Value = serde_json::from_str(&dashboard).expect("the dashboard is JSON");
+    assert_eq!(dash["uid"], "event-series");
+    assert!(dash["panels"].as_array().is_some_and(|p| p.len() >= 10));
+}
