@@ -206,6 +206,7 @@ occurrences is still on the way, and here only the end of each 15s watch proves 
 Meanwhile, in another terminal:
   export KUBECONFIG=${ADMIN}
   ${BIN#"$ROOT"/}/kubectl get events -A -l eventseries.dev/state=Ongoing
+  ${OPERATOR#"$ROOT"/} get -A --watch
   curl -s http://127.0.0.1:${metrics_port}/metrics | grep ^event_series_series
 EOF
 
@@ -240,6 +241,8 @@ while :; do
     printf '\n%s── %3ss ── %s%s · series: %s Ongoing, %s Finished %s──%s\n' \
       "$B" "$elapsed" "$phase" "$B" "$ongoing" "$finished" "$D" "$N"
     k get events -n "$NS" -o wide -L eventseries.dev/state --sort-by=.metadata.creationTimestamp 2>&1 || true
+    printf '%sthe same series as series (event-series get -n %s, also `kubectl series`):%s\n' "$D" "$NS" "$N"
+    KUBECONFIG="$ADMIN" "$OPERATOR" get -n "$NS" 2>&1 || true
   fi
   if [ "$storm_done" = 1 ] && [ "$ongoing" = 0 ] && [ "$finished" -gt 0 ] && [ "$finished_note" = 0 ]; then
     finished_note=1

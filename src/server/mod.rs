@@ -496,6 +496,16 @@ mod tests {
         (String::from_utf8_lossy(&text).into_owned(), closed)
     }
 
+    /// The connection `s` is closed by the server at `deadline` (within scheduling slack).
+    fn assert_cut_at(s: &mut TcpStream, deadline: Duration, what: &str) {
+        let (_, closed) = until_closed(s, Duration::from_secs(5));
+        let closed = closed.unwrap_or_else(|| panic!("the server does not close {what}"));
+        assert!(
+            closed >= deadline - Duration::from_millis(50) && closed < Duration::from_secs(2),
+            "{what}: closed after {closed:?}, deadline {deadline:?}"
+        );
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_half_sent_header_is_cut_at_the_deadline() {
         let deadline = Duration::from_millis(300);
@@ -506,12 +516,7 @@ mod tests {
         .await;
         let mut s = TcpStream::connect(addr).expect("connects");
         s.write_all(b"GET /readyz HTTP/1.1\r\nHo").expect("writes");
-        let (_, closed) = until_closed(&mut s, Duration::from_secs(5));
-        let closed = closed.expect("the server closes a half-sent header");
-        assert!(
-            closed >= deadline - Duration::from_millis(50) && closed < Duration::from_secs(2),
-            "closed after {closed:?}, deadline {deadline:?}"
-        );
+        assert_cut_at(&mut s, deadline, "a half-sent header");
     }
 
     /// A client that opens the HTTPS port and never says hello holds a connection no longer than
@@ -534,12 +539,7 @@ mod tests {
             .await
             .expect("binds");
         let mut s = TcpStream::connect(addr).expect("connects");
-        let (_, closed) = until_closed(&mut s, Duration::from_secs(5));
-        let closed = closed.expect("the server closes a silent TLS client");
-        assert!(
-            closed >= deadline - Duration::from_millis(50) && closed < Duration::from_secs(2),
-            "closed after {closed:?}, deadline {deadline:?}"
-        );
+        assert_cut_at(&mut s, deadline, "a silent TLS client");
     }
 
     /// The header deadline also bounds the wait for the next request on a kept-alive connection.

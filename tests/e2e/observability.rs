@@ -1,7 +1,7 @@
 //! SPEC Install (config/prometheus, config/grafana): every metric the alert rules and the dashboard
 //! use is in the scrape of a running operator that has made a series.
 
-use crate::operator::{emit, start, wait_for};
+use crate::operator::{crashloop, start, wait_for};
 use anyhow::Result;
 use event_series_test_support::cluster::{TestNamespace, client};
 use event_series_test_support::manifests::{exported_names, metric_names_used};
@@ -12,21 +12,7 @@ async fn rules_and_dashboard_name_only_metrics_a_running_operator_exports() -> R
     let client = client().await?;
     let ns = TestNamespace::new(&client, "observability").await?;
     let op = start(&ns.name, &["--heartbeat-interval", "2s"])?;
-    emit(
-        &ns.name,
-        &[
-            "--recorder",
-            "legacy",
-            "--scenario",
-            "crashloop",
-            "--pods",
-            "1",
-            "--rate",
-            "4",
-            "--count",
-            "8",
-        ],
-    )?;
+    crashloop(&ns.name, 1, "4", 8)?;
     wait_for(&client, &ns.name, "a series", |objs| objs.len() == 1).await?;
     let (code, scrape) = op.get("/metrics").unwrap_or_default();
     assert_eq!(code, 200);

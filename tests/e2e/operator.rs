@@ -16,6 +16,27 @@ pub fn emit(ns: &str, args: &[&str]) -> Result<Vec<Truth>> {
     emit_on(kubeconfig(), ns, args)
 }
 
+/// A crash-loop storm from client-go's legacy recorder: `pods` pods, `rate` occurrences per second
+/// each, `count` in all per pod; its ground truth.
+pub fn crashloop(ns: &str, pods: u32, rate: &str, count: u32) -> Result<Vec<Truth>> {
+    let (pods, count) = (pods.to_string(), count.to_string());
+    emit(
+        ns,
+        &[
+            "--recorder",
+            "legacy",
+            "--scenario",
+            "crashloop",
+            "--pods",
+            &pods,
+            "--rate",
+            rate,
+            "--count",
+            &count,
+        ],
+    )
+}
+
 /// An operator on the shared cluster, watching namespace `ns`.
 pub fn start(ns: &str, extra: &[&str]) -> Result<Operator> {
     start_on(kubeconfig(), ns, extra)

@@ -1,7 +1,7 @@
 //! SPEC Reading: `event-series get` and `kubectl series` on the real apiserver, reading the series
 //! objects of real loops (client-go's legacy recorder) as the user's own kubeconfig allows.
 
-use crate::operator::{count, emit, start, state, wait_for};
+use crate::operator::{count, crashloop, start, state, wait_for};
 use crate::secure_metrics::token;
 use anyhow::{Context, Result};
 use event_series_test_support::cluster::{TestNamespace, client, kubeconfig, token_kubeconfig};
@@ -75,43 +75,13 @@ async fn series_are_read_as_series_with_filters_formats_and_watch() -> Result<()
         ],
     )?;
     // Two quick loops that finish, then one that goes on while the reading is checked.
-    let done = emit(
-        &ns.name,
-        &[
-            "--recorder",
-            "legacy",
-            "--scenario",
-            "crashloop",
-            "--pods",
-            "2",
-            "--rate",
-            "4",
-            "--count",
-            "12",
-        ],
-    )?;
+    let done = crashloop(&ns.name, 2, "4", 12)?;
     wait_for(&client, &ns.name, "two Finished loops", |objs| {
         objs.len() == 2 && objs.iter().all(|o| state(o) == "Finished")
     })
     .await?;
     let long_ns = ns.name.clone();
-    let ongoing = std::thread::spawn(move || {
-        emit(
-            &long_ns,
-            &[
-                "--recorder",
-                "legacy",
-                "--scenario",
-                "crashloop",
-                "--pods",
-                "1",
-                "--rate",
-                "1",
-                "--count",
-                "24",
-            ],
-        )
-    });
+    let ongoing = std::thread::spawn(move || crashloop(&long_ns, 1, "1", 24));
     let objs = wait_for(&client, &ns.name, "a third loop Ongoing", |objs| {
         objs.len() == 3 && objs.iter().any(|o| state(o) == "Ongoing")
     })
