@@ -480,3 +480,108 @@ async fn refused_by_the_admission_policy(
     );
     victim.cleanup().await
 }
+
+/// The chart the Helm way on a cluster that has never seen the CRD: one `helm install` (the CRD
+/// from the chart's `crds/` first), every object of the install accepted by the real API server's
+/// validation (the admission policy's CEL compiled), a policy applicable at once; `helm uninstall`
+/// removes everything but the CRD, which Helm never deletes.
+#[tokio::test]
+async fn helm_installs_and_uninstalls_the_chart_on_a_fresh_cluster() -> Result<()> {
+    let helm = repo_root().join("target/tools/bin/helm");
+    if !helm.exists() {
+        anyhow::ensure!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{} is missing (hack/tools.sh builds it)",
+            helm.display()
+        );
+        println!("skipped: no helm; run `just tools`");
+        return Ok(());
+    }
+    let cluster = Dedicated::start_bare("helm", &[])?;
+    let kc = cluster.kubeconfig.as_path();
+    let helm_on = |args: &[&str]| -> Result<String> {
+        let out = std::process::Command::new(&helm)
+            .arg("--kubeconfig")
+            .arg(kc)
+            .args(args)
+            .current_dir(repo_root())
+            .output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "helm {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let installed = helm_on(&[
+        "install",
+        "event-series",
+        "charts/event-series",
+        "--namespace",
+        NS,
+        "--create-namespace",
+    ])?;
+    println!("{installed}");
+    assert!(installed.contains("STATUS: deployed"), "{installed}");
+    let names = [
+        "deployment/event-series",
+        "serviceaccount/event-series",
+        "service/event-series-metrics",
+        "poddisruptionbudget/event-series",
+        "networkpolicy/event-series",
+        "role/event-series-leader-election",
+        "rolebinding/event-series-leader-election",
+    ];
+    let cluster_names = [
+        "clusterrole/event-series",
+        "clusterrole/event-series-metrics-reader",
+        "clusterrolebinding/event-series",
+        "validatingadmissionpolicy/event-series-series-objects",
+        "validatingadmissionpolicybinding/event-series-series-objects",
+    ];
+    let present = |namespaced: bool, list: &[&str]| -> Result<usize> {
+        let mut args = vec!["get", "--ignore-not-found", "-o", "name"];
+        if namespaced {
+            args.extend(["-n", NS]);
+        }
+        args.extend_from_slice(list);
+        Ok(kubectl_on(kc, &args)?.lines().count())
+    };
+    assert_eq!(present(true, &names)?, names.len());
+    assert_eq!(present(false, &cluster_names)?, cluster_names.len());
+    kubectl_on(
+        kc,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/eventseriespolicies.eventseries.dev",
+        ],
+    )?;
+    let samples = repo_root().join("config/samples");
+    kubectl_on(
+        kc,
+        &["apply", "--server-side", "-k", &samples.to_string_lossy()],
+    )?;
+
+    let removed = helm_on(&["uninstall", "event-series", "--namespace", NS])?;
+    println!("{removed}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = present(true, &names)? + present(false, &cluster_names)?;
+        if left == 0 {
+            break;
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "{left} objects left after helm uninstall"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(
+        present(false, &["crd/eventseriespolicies.eventseries.dev"])?,
+        1,
+        "Helm keeps CRDs"
+    );
+    Ok(())
+}
