@@ -9,16 +9,22 @@
 //!   [`ALLOWED_TTL`], a refusal for [`DENIED_TTL`], at most [`CACHE_ENTRIES`] tokens (least recently
 //!   used first out);
 //! - at most [`CONCURRENT_REVIEWS`] reviews are in flight; others wait, and give up with the request
-//!   deadline (answered 503, not cached).
+//!   deadline (answered 503, not cached);
+//! - at most [`REVIEWS_PER_SECOND`] new tokens are reviewed per second (burst [`REVIEW_BURST`],
+//!   `governor`); beyond that a request is answered 503 at once, without asking. Scrapers are
+//!   cached, so they meet the limit only while someone floods the port with made-up tokens, which
+//!   cannot then be turned into load on the API server.
 //!
 //! A revoked binding therefore stops a scraper within [`ALLOWED_TTL`].
 
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use kube::api::{Api, PostParams};
 use schnellru::{ByLength, LruMap};
+use std::num::NonZeroU32;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
@@ -32,6 +38,9 @@ pub const DENIED_TTL: Duration = Duration::from_secs(10);
 pub const CACHE_ENTRIES: u32 = 1024;
 /// Reviews in flight at once.
 pub const CONCURRENT_REVIEWS: usize = 4;
+/// New tokens reviewed per second, and the burst above it.
+pub const REVIEWS_PER_SECOND: u32 = 10;
+pub const REVIEW_BURST: u32 = 20;
 
 /// The path and verb a scrape needs (the metrics-reader ClusterRole grants them).
 pub const METRICS_PATH: &str = "/metrics";
@@ -56,6 +65,8 @@ pub enum ReviewError {
     Timeout(Duration),
     #[error("the TokenReview came back without a status")]
     NoStatus,
+    #[error("more new tokens than {REVIEWS_PER_SECOND} per second: not reviewed")]
+    Throttled,
 }
 
 /// The token of an `Authorization: Bearer <token>` header (scheme case-insensitive, RFC 6750).
@@ -125,16 +136,29 @@ pub struct Authorizer {
     client: kube::Client,
     cache: Mutex<Cache>,
     reviews: Semaphore,
+    new_tokens: DefaultDirectRateLimiter,
     deadline: Duration,
 }
 
 impl Authorizer {
     /// `deadline` bounds the wait for a review slot and the reviews together (the request timeout).
     pub fn new(client: kube::Client, deadline: Duration) -> Authorizer {
+        Authorizer::with_limit(client, deadline, REVIEWS_PER_SECOND, REVIEW_BURST)
+    }
+
+    fn with_limit(
+        client: kube::Client,
+        deadline: Duration,
+        per_second: u32,
+        burst: u32,
+    ) -> Authorizer {
+        let quota = Quota::per_second(NonZeroU32::new(per_second).unwrap_or(NonZeroU32::MIN))
+            .allow_burst(NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN));
         Authorizer {
             client,
             cache: Mutex::new(Cache::new(CACHE_ENTRIES)),
             reviews: Semaphore::new(CONCURRENT_REVIEWS),
+            new_tokens: RateLimiter::direct(quota),
             deadline,
         }
     }
@@ -153,6 +177,9 @@ impl Authorizer {
         };
         if let Some(decision) = self.cached(token) {
             return Ok(decision);
+        }
+        if self.new_tokens.check().is_err() {
+            return Err(ReviewError::Throttled);
         }
         let decision = tokio::time::timeout(self.deadline, async {
             let _slot = self.reviews.acquire().await;
@@ -256,6 +283,31 @@ mod tests {
         }
         assert_eq!(cache.len(), 16);
         assert_eq!(cache.get("made-up-0", t0), None, "the oldest went first");
+    }
+
+    /// Past the limit of new tokens a request is refused without a review: the API server sees no
+    /// more than the limit, whatever a flood of made-up tokens does.
+    #[tokio::test]
+    async fn new_tokens_beyond_the_limit_are_not_reviewed() {
+        // Nothing listens on port 1: a review fails at once with a connection error.
+        let config = kube::Config::new("http://127.0.0.1:1".parse().expect("a URI"));
+        let client = kube::Client::try_from(config).expect("a client");
+        let auth = Authorizer::with_limit(client, Duration::from_secs(5), 1, 2);
+        let header = |t: &str| http::HeaderValue::from_str(&format!("Bearer {t}")).expect("header");
+        for token in ["a", "b"] {
+            let r = auth.check(Some(&header(token))).await;
+            assert!(
+                matches!(r, Err(ReviewError::Api(_))),
+                "{token}: reviewed: {r:?}"
+            );
+        }
+        let r = auth.check(Some(&header("c"))).await;
+        assert!(matches!(r, Err(ReviewError::Throttled)), "{r:?}");
+        assert_eq!(
+            auth.check(None).await.ok(),
+            Some(Decision::Unauthenticated),
+            "no token needs no review"
+        );
     }
 
     #[test]

@@ -146,11 +146,18 @@ impl Server {
                             );
                         }
                         Err(e) => {
-                            tracing::warn!(error = %e, "could not check a metrics request's token");
-                            return text(
+                            if !matches!(e, auth::ReviewError::Throttled) {
+                                tracing::warn!(error = %e, "could not check a metrics request's token");
+                            }
+                            let mut r = text(
                                 StatusCode::SERVICE_UNAVAILABLE,
                                 "the token could not be checked with the API server",
                             );
+                            r.headers_mut().insert(
+                                hyper::header::RETRY_AFTER,
+                                hyper::header::HeaderValue::from_static("1"),
+                            );
+                            return r;
                         }
                     }
                 }
