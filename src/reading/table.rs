@@ -143,7 +143,7 @@ impl Layout {
             "STARTED",
             "LAST SEEN",
             "DURATION",
-            "RATE/MIN",
+            "RATE",
         ]);
         if self.wide {
             h.extend(["REPORTER", "NAME", "NOTE"]);

@@ -108,7 +108,7 @@ async fn series_are_read_as_series_with_filters_formats_and_watch() -> Result<()
             "STARTED",
             "LAST SEEN",
             "DURATION",
-            "RATE/MIN"
+            "RATE"
         ]
     );
     assert_eq!(table.len(), 4, "{out}");
