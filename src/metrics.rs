@@ -36,7 +36,11 @@ pub const DROP_REASONS: &[&str] = &[
 ];
 
 /// Every `reason` of `series_evicted_total`.
-pub const EVICTION_REASONS: &[&str] = &["max_active_series", "max_active_series_per_namespace"];
+pub const EVICTION_REASONS: &[&str] = &[
+    "max_active_series",
+    "max_active_series_per_namespace",
+    "namespace_deleted",
+];
 
 /// The `duration` labels of `series_ongoing_longer_than`, with their lengths: few and fixed, so that
 /// the family stays four series whatever the cluster does.
@@ -102,6 +106,7 @@ struct SeenStats {
     stale: AtomicU64,
     evicted_global: AtomicU64,
     evicted_namespace: AtomicU64,
+    evicted_namespace_deleted: AtomicU64,
 }
 
 impl Metrics {
@@ -345,6 +350,11 @@ impl Metrics {
                 "max_active_series_per_namespace",
                 &s.evicted_namespace,
                 stats.evicted_by_namespace,
+            ),
+            (
+                "namespace_deleted",
+                &s.evicted_namespace_deleted,
+                stats.evicted_namespace_deleted,
             ),
         ] {
             let n = grow(seen, now);

@@ -124,6 +124,8 @@ pub struct Stats {
     /// Series finished early because `maxActiveSeriesPerNamespace` was reached (also in
     /// `series_finished`).
     pub evicted_by_namespace: u64,
+    /// Series ended unwritten because their namespace was deleted (also in `series_finished`).
+    pub evicted_namespace_deleted: u64,
     /// Occurrences in candidates that never became a series (expired or evicted).
     pub lone: u64,
     pub candidates_evicted: u64,
@@ -502,6 +504,47 @@ pub(crate) mod tests {
             last: at,
             truncated: false,
         }
+    }
+
+    /// The observation of [`observation`] in namespace `ns`.
+    fn observation_in<'a>(ns: &'a str, name: &'a str, count: u64) -> Observation<'a> {
+        let mut o = observation(name, count, t0());
+        o.raw = RawId::of(ns, name, "");
+        o.namespace = ns;
+        o.key.namespace = ns;
+        o.key.regarding.namespace = ns;
+        o
+    }
+
+    /// A deleted namespace takes its objects with it: its series end at once, unwritten (no
+    /// heartbeat, no Finish into a namespace that is gone), counted as evicted; another
+    /// namespace's series live on.
+    #[test]
+    fn the_series_of_a_deleted_namespace_end_without_a_write() {
+        let mut engine = Engine::with_settings(Settings::default());
+        engine.observe(t0(), &observation_in("gone", "web-0", 2));
+        engine.observe(t0(), &observation_in("kept", "web-0", 2));
+        assert_eq!(engine.take_intents().len(), 2, "two creates");
+        engine.namespace_removed("gone");
+        assert_eq!(engine.active_series(), 1);
+        assert_eq!(engine.stats().evicted_namespace_deleted, 1);
+        let mut written = Vec::new();
+        for minute in 1..=120 {
+            engine.tick(t0() + TimeDelta::minutes(minute));
+            written.extend(engine.take_intents());
+        }
+        assert!(
+            !written.is_empty(),
+            "the other namespace's series is still written"
+        );
+        assert!(
+            written.iter().all(|i| &*i.series.namespace == "kept"),
+            "nothing for the deleted namespace: {written:?}"
+        );
+        assert_eq!(
+            engine.stats().series_finished,
+            engine.stats().series_started
+        );
     }
 
     #[test]

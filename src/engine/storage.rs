@@ -471,9 +471,21 @@ impl Engine {
         }
     }
 
-    /// A namespace went away: its index is freed once no key of it is left (at the next
-    /// [`Engine::housekeep`] after its series finished and its dormant keys expired).
+    /// A namespace went away, and every object in it with it. Its series end at once and
+    /// unwritten: a heartbeat or a Finish would find no object and no namespace to create one in,
+    /// once per series and per heartbeat until `finishAfter`. Each is counted as evicted
+    /// (`namespace_deleted`). Its index is freed once no key of it is left (at the next
+    /// [`Engine::housekeep`] after its candidates and dormant keys expired).
     pub fn namespace_removed(&mut self, ns: &str) {
+        if let Some((i, slot_idx)) = self.namespaces.find(ns)
+            && let Some(slot) = self.slots.get_mut(slot_idx)
+        {
+            while let Some((_, s)) = slot.series.pop_oldest_of(i) {
+                self.keys.remove(s.tally.key);
+                self.stats.series_finished += 1;
+                self.stats.evicted_namespace_deleted += 1;
+            }
+        }
         self.namespaces.removed(ns);
     }
 
