@@ -6,24 +6,35 @@ set shell := ["bash", "-euo", "pipefail", "-c"]
 default:
     @just --list
 
-# Everything: fmt, clippy, unit, property, manifest (helm, promtool) and end-to-end tests (real kube-apiserver in target/envtest-e2e).
+# Everything: fmt, clippy, unit, property, manifest (helm, promtool) and end-to-end tests (real kube-apiserver in target/envtest-e2e; a real node in target/envtest-node, which must start when CI=true).
 test: lint
     #!/usr/bin/env bash
     set -euo pipefail
     export ENVTEST_DIR="$PWD/target/envtest-e2e"
-    trap 'bash hack/cluster-down.sh' EXIT
-    bash hack/build-envtest.sh   # apiserver, etcd, kubectl and the client-go emitter
-    bash hack/tools.sh           # helm and promtool, for the chart and alert-rule tests
+    node_dir="$PWD/target/envtest-node"
+    trap 'bash hack/cluster-down.sh; ENVTEST_DIR="$node_dir" bash hack/cluster-down.sh' EXIT
+    bash hack/build-envtest.sh node   # apiserver, etcd, kubectl, the client-go emitter; scheduler, controller-manager, kubelet, kube-proxy, pause
+    bash hack/tools.sh                # helm and promtool, for the chart and alert-rule tests
     bash hack/cluster-up.sh
+    # The node tests start their node (hack/cluster-up-node.sh in target/envtest-node) when their turn
+    # comes, so that it does not run beside the other end-to-end tests.
     EVENT_SERIES_E2E_KUBECONFIG="$ENVTEST_DIR/kubeconfig" cargo test --workspace --all-targets
 
 # A local real kube-apiserver + etcd (kubeconfig target/envtest/kubeconfig, kubectl target/envtest/bin/kubectl).
 cluster-up:
     bash hack/cluster-up.sh
 
-# Stop what cluster-up started.
+# The same apiserver plus kube-scheduler, kube-controller-manager, kube-proxy and a kubelet with containerd and CNI (one node; Linux, root), the images imported.
+cluster-up-node:
+    bash hack/cluster-up-node.sh
+
+# Stop what cluster-up or cluster-up-node started, and remove every trace of the node.
 cluster-down:
     bash hack/cluster-down.sh
+
+# The runtime image without a Docker engine (static binary, FROM scratch, uid 65532; buildah): target/image/event-series.oci.tar.
+image:
+    bash hack/image.sh
 
 # Format check and clippy with warnings as errors, over the workspace (the operator and test-support/).
 lint:
@@ -57,13 +68,17 @@ tools:
     bash hack/tools.sh
 
 # The benchmarks (not part of `just test`; bench/README.md lists them); figures go to docs/BENCHMARKS.md. Ends with bench-e2e (about 45 min).
-bench: && bench-e2e
+bench: && bench-e2e bench-node
     cargo bench --bench engine
     cargo bench --bench memory
 
 # A newcomer's first command: local apiserver, the manifests, the operator, a crash-loop storm, the series. DEMO_SECONDS=n stops after n s.
 demo:
     bash hack/demo.sh
+
+# One real crash loop on a real node for NODE_MINUTES (default 35): the kubelet's API writes beside event-series' (bench/node.sh; Linux, root).
+bench-node: bench-build
+    bash bench/node.sh
 
 # Allocator comparison (docs/BENCHMARKS.md, Memory): bench-memory once per allocator variant (about 45 min).
 bench-allocators: bench-build

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# Builds the envtest binaries (kube-apiserver, etcd, kubectl, emitter) from the
-# Go module in tests/envtest into target/envtest/bin. A binary is rebuilt only
+# Builds the envtest binaries from the Go module in tests/envtest into target/envtest/bin:
+# kube-apiserver, etcd, kubectl, emitter (the default), and for the node cluster
+# (hack/cluster-up-node.sh) kube-scheduler, kube-controller-manager, kubelet, kube-proxy. A binary is rebuilt only
 # when it is missing or older than go.mod, go.sum, its own cmd/<name> sources or
 # this script (which holds the build flags), so a second run takes milliseconds.
 #
-# Usage: hack/build-envtest.sh [--force] [name...]   (default: all four)
+# Usage: hack/build-envtest.sh [--force] [name...]   (default: the first four; "node" adds the node four)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MOD="$ROOT/tests/envtest"
 BIN="$ROOT/target/envtest/bin"
 ALL=(kube-apiserver etcd kubectl emitter)
+NODE=(kube-scheduler kube-controller-manager kubelet kube-proxy pause)
 
 force=0
 names=()
@@ -18,6 +20,7 @@ for a in "$@"; do
   case "$a" in
     --force) force=1 ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+    node) names+=("${ALL[@]}" "${NODE[@]}") ;;
     *) names+=("$a") ;;
   esac
 done
@@ -45,7 +48,7 @@ flock 9
 
 todo=()
 for n in "${names[@]}"; do
-  [ -d "$MOD/cmd/$n" ] || { echo "build-envtest: unknown binary $n (have: ${ALL[*]})" >&2; exit 2; }
+  [ -d "$MOD/cmd/$n" ] || { echo "build-envtest: unknown binary $n (have: ${ALL[*]} ${NODE[*]})" >&2; exit 2; }
   if stale "$n"; then todo+=("$n"); fi
 done
 [ ${#todo[@]} -gt 0 ] || exit 0

@@ -11,6 +11,12 @@
 #   APISERVER_EXTRA_ARGS  appended to the kube-apiserver command line (word-split)
 #   ETCD_EXTRA_ARGS       appended to the etcd command line (word-split)
 #   CLUSTER_UP_TIMEOUT    seconds to wait for /readyz (default 120)
+#   ENVTEST_NODE          1: the control plane of a node cluster (set by hack/cluster-up-node.sh,
+#                         which starts the rest): the apiserver binds and advertises
+#                         $NODE_IP (on the bridge that script made) instead of 127.0.0.1,
+#                         publishes itself as the "kubernetes" Service's endpoint, runs
+#                         ServiceAccount and NodeRestriction admission and the Node authorizer,
+#                         and reaches kubelets with a client certificate of the harness's CA.
 #
 # Result: $ENVTEST_DIR/kubeconfig (admin, group system:masters), logs in
 # $ENVTEST_DIR/{etcd,apiserver}.log, pids in $ENVTEST_DIR/{etcd,apiserver}.pid,
@@ -51,26 +57,21 @@ gen_certs() {
   mkdir -p "$tmp"
   (
     cd "$tmp"
-    key() { openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$1" 2>/dev/null; }
+    key() { envtest_key "$1"; }
+    sign() { envtest_sign . "$@"; }
     key ca.key
     openssl req -x509 -new -key ca.key -sha256 -days 3650 -subj "/CN=envtest-ca" \
       -addext "basicConstraints=critical,CA:TRUE" \
       -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
       -out ca.crt 2>/dev/null
-    # sign NAME SUBJECT EXTFILE-CONTENT
-    sign() {
-      key "$1.key"
-      openssl req -new -key "$1.key" -subj "$2" -out "$1.csr" 2>/dev/null
-      printf '%s\n' "$3" >"$1.ext"
-      openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -sha256 -days 3650 \
-        -extfile "$1.ext" -out "$1.crt" 2>/dev/null
-      rm -f "$1.csr" "$1.ext"
-    }
     sign apiserver "/CN=kube-apiserver" "basicConstraints=critical,CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
-subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+subjectAltName=IP:127.0.0.1,IP:10.0.0.1,IP:$NODE_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
     sign admin "/O=system:masters/CN=envtest-admin" "basicConstraints=critical,CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth"
+    sign kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "basicConstraints=critical,CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=clientAuth"
     # ServiceAccount token signing key pair.
@@ -80,7 +81,8 @@ extendedKeyUsage=clientAuth"
   )
   mv "$tmp" "$CERTS"
 }
-if ! [ -s "$CERTS/ca.crt" ] || ! [ -s "$CERTS/sa.pub" ] || ! [ -s "$CERTS/admin.crt" ] || ! [ -s "$CERTS/apiserver.crt" ]; then
+if ! [ -s "$CERTS/ca.crt" ] || ! [ -s "$CERTS/sa.pub" ] || ! [ -s "$CERTS/admin.crt" ] || ! [ -s "$CERTS/apiserver.crt" ] \
+  || ! [ -s "$CERTS/kubelet-client.crt" ] || ! openssl x509 -in "$CERTS/apiserver.crt" -noout -ext subjectAltName | grep -q "$NODE_IP"; then
   rm -rf "$CERTS"
   gen_certs
 fi
@@ -155,7 +157,15 @@ for attempt in 1 2 3; do
     fail "etcd did not become healthy (log: $DIR/etcd.log)" "$DIR/etcd.log"
   fi
 
-  # The apiserver runs without controller-manager, scheduler or kubelet:
+  ADDRESS=127.0.0.1
+  mode_args=(--endpoint-reconciler-type=none --disable-admission-plugins=ServiceAccount --authorization-mode=RBAC)
+  if [ "${ENVTEST_NODE:-}" = 1 ]; then
+    ADDRESS="$NODE_IP"
+    mode_args=(--authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction
+      --kubelet-client-certificate="$CERTS/kubelet-client.crt" --kubelet-client-key="$CERTS/kubelet-client.key"
+      --kubelet-certificate-authority="$CERTS/ca.crt" --kubelet-preferred-address-types=InternalIP)
+  fi
+  # Without ENVTEST_NODE the apiserver runs without controller-manager, scheduler or kubelet:
   # - ServiceAccount admission is off (it would wait for the token controller and
   #   the "default" ServiceAccount of each namespace, which nothing creates);
   #   TokenRequest (kubectl create token) is served by the apiserver itself.
@@ -186,22 +196,20 @@ AUDIT
     --audit-log-path="$DIR/audit.log" \
     --audit-log-mode=blocking \
     --audit-log-maxsize=200 \
-    --advertise-address=127.0.0.1 \
-    --endpoint-reconciler-type=none \
-    --bind-address=127.0.0.1 \
+    --advertise-address="$ADDRESS" \
+    --bind-address="$ADDRESS" \
     --secure-port="$API_PORT" \
     --cert-dir="$CERTS" \
     --tls-cert-file="$CERTS/apiserver.crt" \
     --tls-private-key-file="$CERTS/apiserver.key" \
     --client-ca-file="$CERTS/ca.crt" \
     --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
-    --authorization-mode=RBAC \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="$CERTS/sa.pub" \
     --service-account-signing-key-file="$CERTS/sa.key" \
     --api-audiences=https://kubernetes.default.svc.cluster.local \
     --service-cluster-ip-range=10.0.0.0/24 \
-    --disable-admission-plugins=ServiceAccount \
+    "${mode_args[@]}" \
     --allow-privileged=true \
     --event-ttl="${EVENT_TTL:-1h}" \
     ${APISERVER_EXTRA_ARGS:-} \
@@ -216,7 +224,7 @@ kind: Config
 clusters:
 - name: envtest
   cluster:
-    server: https://127.0.0.1:$API_PORT
+    server: https://$ADDRESS:$API_PORT
     certificate-authority-data: $(b64 "$CERTS/ca.crt")
 users:
 - name: envtest-admin
@@ -233,7 +241,7 @@ EOF
   mv "$DIR/kubeconfig.tmp" "$DIR/kubeconfig"
   cat >"$DIR/cluster.env" <<EOF
 KUBECONFIG=$DIR/kubeconfig
-APISERVER_URL=https://127.0.0.1:$API_PORT
+APISERVER_URL=https://$ADDRESS:$API_PORT
 APISERVER_PORT=$API_PORT
 ETCD_URL=http://127.0.0.1:$ETCD_PORT
 ETCD_PORT=$ETCD_PORT
@@ -251,12 +259,12 @@ EOF
     fi
     if [ "$SECONDS" -ge "$deadline" ]; then
       curl -sS --max-time 5 --cacert "$CERTS/ca.crt" --cert "$CERTS/admin.crt" --key "$CERTS/admin.key" \
-        "https://127.0.0.1:$API_PORT/readyz?verbose" 2>&1 | grep -v '\[+\]' >&2 || true
+        "https://$ADDRESS:$API_PORT/readyz?verbose" 2>&1 | grep -v '\[+\]' >&2 || true
       fail "kube-apiserver not ready after ${TIMEOUT}s (log: $DIR/apiserver.log)" "$DIR/apiserver.log"
     fi
     sleep 0.25
   done
-  echo "cluster-up: ready at https://127.0.0.1:$API_PORT; kubeconfig: $DIR/kubeconfig; kubectl: $BIN/kubectl"
+  echo "cluster-up: ready at https://$ADDRESS:$API_PORT; kubeconfig: $DIR/kubeconfig; kubectl: $BIN/kubectl"
   exit 0
 done
 fail "could not start after 3 attempts"

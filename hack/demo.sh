@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# `just demo`: event-series end to end on a local, real kube-apiserver, in one command.
+# `just demo`: event-series end to end on a local, real kube-apiserver, in one command. Where the
+# machine can run a node (Linux, root, containerd, runc, iptables, conntrack, buildah, the CNI
+# plugins) it runs hack/demo-node.sh instead: the operator as Pods, a real kubelet crash loop.
+# Here, without a node:
 #
 #   1. builds what is missing: kube-apiserver, etcd, kubectl and the client-go emitter (about 10 minutes
 #      the first time, see tests/envtest/README.md) and the operator (cargo build --release);
@@ -36,6 +39,23 @@ if [ -n "$DEMO_SECONDS" ] && ! [[ "$DEMO_SECONDS" =~ ^[0-9]+$ ]]; then
   echo "demo: DEMO_SECONDS must be a number of seconds, not '$DEMO_SECONDS'" >&2
   exit 2
 fi
+
+# A real node where the machine allows it (hack/demo-node.sh); DEMO_NODE=0 keeps to the bare apiserver.
+node_missing=''
+if [ "${DEMO_NODE:-1}" = 0 ]; then
+  node_missing="DEMO_NODE=0"
+elif [ "$(uname -s)" != Linux ] || [ "$(id -u)" != 0 ]; then
+  node_missing="a node needs Linux and root"
+else
+  for t in containerd runc iptables conntrack buildah /usr/lib/cni/bridge; do
+    command -v "$t" >/dev/null 2>&1 || [ -x "$t" ] || node_missing="${node_missing:+$node_missing, }$t"
+  done
+  [ -z "$node_missing" ] || node_missing="missing: $node_missing"
+fi
+if [ -z "$node_missing" ]; then
+  exec bash "$ROOT/hack/demo-node.sh"
+fi
+echo "demo: no real node on this machine ($node_missing); the demo runs on a bare apiserver with client-go's recorders as emitters"
 
 if [ -t 1 ]; then
   B=$'\e[1m' D=$'\e[2m' G=$'\e[32m' Y=$'\e[33m' R=$'\e[31m' N=$'\e[0m'

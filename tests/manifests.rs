@@ -348,3 +348,29 @@ fn rules_and_dashboard_use_only_exported_metrics() {
     assert_eq!(dash["uid"], "event-series");
     assert!(dash["panels"].as_array().is_some_and(|p| p.len() >= 10));
 }
+
+/// `just image` (buildah on hack/image.Containerfile) and the Dockerfile's runtime stage build one
+/// image: the same instructions after `FROM scratch`, bar where the binary is copied from.
+#[test]
+fn the_dockerfile_runtime_stage_is_the_image_just_image_builds() {
+    let instructions = |path: &str, from: &str| -> Vec<String> {
+        let text = std::fs::read_to_string(repo_root().join(path)).expect(path);
+        let stage = text
+            .split_once(from)
+            .unwrap_or_else(|| panic!("{path} has no `{from}`"))
+            .1;
+        stage
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(|l| l.replace("COPY --from=builder /out/event-series", "COPY event-series"))
+            .collect()
+    };
+    let docker = instructions("Dockerfile", "FROM scratch AS runtime");
+    let buildah = instructions("hack/image.Containerfile", "FROM scratch");
+    assert_eq!(docker, buildah);
+    assert!(
+        buildah.contains(&"USER 65532:65532".to_owned()),
+        "{buildah:?}"
+    );
+}

@@ -6,6 +6,7 @@
 //! - [`sim`]: a simulated cluster for engine tests (injected clock, no API server);
 //! - [`check`]: the invariants the fuzz targets check, with the events.k8s.io/v1 rules restated;
 //! - [`cluster`]: the real kube-apiserver the end-to-end tests run against, and what they read back;
+//! - [`node`]: the one-node cluster (kubelet, scheduler, controller-manager) with the operator as Pods;
 //! - [`process`]: one `event-series run` process;
 //! - [`emitter`]: client-go's own recorders (the Go emitter of `tests/envtest`) and their ground truth;
 //! - [`writes`]: raw event writes retried until the API accepts them;
@@ -20,6 +21,7 @@ pub mod cluster;
 pub mod emitter;
 pub mod load;
 pub mod manifests;
+pub mod node;
 pub mod process;
 pub mod proxy;
 pub mod raw;

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# `just demo` on a real node (hack/demo.sh runs this where the machine allows it: Linux, root, the
+# node's tools present):
+#
+#   1. builds the Kubernetes binaries and the operator's image (hack/image.sh: static binary, FROM
+#      scratch, no Docker);
+#   2. starts a one-node cluster in target/envtest-demo-node (hack/cluster-up-node.sh): apiserver,
+#      etcd, scheduler, controller-manager, kube-proxy, a kubelet with containerd; the image is
+#      imported into the node's containerd;
+#   3. installs the operator exactly as the README says: kubectl apply -k config/default (2 replicas,
+#      one leader), and a policy with short durations for the namespace "demo";
+#   4. the storm: 3 Pods whose container exits 1 at once, so the kubelet's BackOff events are real;
+#      after STORM_SECONDS the Pods are deleted and the loops end;
+#   5. every few seconds prints the operator's Pods, `kubectl get events` and `event-series get`.
+#
+# Ctrl-C (or the end) removes the cluster and every trace of the node. Logs stay in target/envtest-demo-node.
+# Environment: DEMO_SECONDS, DEMO_INTERVAL as hack/demo.sh; STORM_SECONDS (default 150).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+export ENVTEST_DIR="$ROOT/target/envtest-demo-node"
+DIR="$ENVTEST_DIR"
+BIN="$ROOT/target/envtest/bin"
+NS=demo
+STORM_SECONDS="${STORM_SECONDS:-150}"
+INTERVAL="${DEMO_INTERVAL:-5}"
+DEMO_SECONDS="${DEMO_SECONDS:-}"
+
+if [ -t 1 ]; then
+  B=$'\e[1m' D=$'\e[2m' G=$'\e[32m' Y=$'\e[33m' R=$'\e[31m' N=$'\e[0m'
+else
+  B='' D='' G='' Y='' R='' N=''
+fi
+step() { printf '\n%s==> %s%s\n' "$B" "$*" "$N"; }
+note() { printf '%s    %s%s\n' "$D" "$*" "$N"; }
+die() {
+  printf '%sdemo: %s%s\n' "$R" "$*" "$N" >&2
+  exit 1
+}
+
+cluster_started=0
+cleanup() {
+  local rc=$?
+  trap '' INT TERM
+  if [ "$cluster_started" = 1 ]; then
+    bash "$ROOT/hack/cluster-down.sh" >/dev/null 2>&1 || true
+    echo
+    note "removed the cluster and the node; logs in ${DIR#"$ROOT"/}/"
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+storm_start=''
+trap 'if [ -n "$storm_start" ]; then exit 0; else exit 130; fi' INT
+trap 'exit 143' TERM
+
+step "Building the Kubernetes binaries (node included) and the operator's image (about 15 min the first time)"
+bash hack/build-envtest.sh node
+bash hack/image.sh
+cargo build --release --quiet --bin event-series
+OPERATOR="${CARGO_TARGET_DIR:-$ROOT/target}/release/event-series"
+
+step "Starting a one-node cluster in ${DIR#"$ROOT"/} (apiserver, etcd, scheduler, controller-manager, kube-proxy, kubelet + containerd)"
+cluster_started=1
+bash hack/cluster-up-node.sh
+ADMIN="$DIR/kubeconfig"
+k() { "$BIN/kubectl" --kubeconfig "$ADMIN" "$@"; }
+k get nodes -o wide
+
+step "Installing the operator: kubectl apply -k config/default"
+k apply -k config/default | sed 's/^/    /'
+k -n event-series-system rollout status deployment/event-series --timeout=180s
+k -n event-series-system get pods -o wide
+note "leader: $(k -n event-series-system get lease event-series -o jsonpath='{.spec.holderIdentity}' 2>/dev/null || echo none yet)"
+
+step "A policy for namespace $NS: heartbeatInterval 1m, finishAfter 45s, seriesWindow 5m"
+k create namespace "$NS" >/dev/null
+k label namespace "$NS" event-series-demo=true >/dev/null
+k apply --server-side -f - <<'EOF'
+apiVersion: eventseries.dev/v1alpha1
+kind: EventSeriesPolicy
+metadata:
+  name: demo
+spec:
+  namespaceSelector:
+    matchLabels:
+      event-series-demo: "true"
+  finishAfter: 45s
+  seriesWindow: 5m
+  heartbeatInterval: 1m
+EOF
+
+step "The storm: 3 crash-looping Pods in $NS for ${STORM_SECONDS}s (the container exits 1 at once; the kubelet backs off 10 s at most here)"
+image="$(k -n event-series-system get deployment event-series -o jsonpath='{.spec.template.spec.containers[0].image}')"
+for i in 1 2 3; do
+  k -n "$NS" run "crash-$i" --image="$image" --image-pull-policy=IfNotPresent --restart=Always \
+    --overrides='{"spec":{"dnsPolicy":"Default","automountServiceAccountToken":false}}' -- --no-such-flag >/dev/null
+done
+storm_start=$SECONDS
+cat <<EOF
+
+${B}What to look at${N}: rows without STATE are the kubelet's own events (BackOff patched on every
+occurrence, until its spam filter drops them); rows with STATE are event-series' series, one per
+loop, written by the operator's Pods. After ${STORM_SECONDS}s the Pods are deleted: 45 s later each
+series is marked Finished. Meanwhile, in another terminal:
+  export KUBECONFIG=${ADMIN}
+  ${BIN#"$ROOT"/}/kubectl get events -A -l eventseries.dev/state=Ongoing
+  ${OPERATOR#"$ROOT"/} get -A --watch
+EOF
+
+last_shown='' storm_done=0 finished_note=0
+while :; do
+  elapsed=$((SECONDS - storm_start))
+  if [ "$storm_done" = 0 ] && [ "$elapsed" -ge "$STORM_SECONDS" ]; then
+    storm_done=1
+    k -n "$NS" delete pod crash-1 crash-2 crash-3 --wait=false >/dev/null
+    note "storm over after ${elapsed}s: the crash-looping Pods are deleted"
+  fi
+  states="$(k get events -n "$NS" -l app.kubernetes.io/managed-by=event-series \
+    -o jsonpath='{range .items[*]}{.metadata.labels.eventseries\.dev/state}{"\n"}{end}' 2>/dev/null || true)"
+  ongoing="$(grep -c '^Ongoing$' <<<"$states" || true)"
+  finished="$(grep -c '^Finished$' <<<"$states" || true)"
+  shown="$(k get events -n "$NS" -o jsonpath='{range .items[*]}{.metadata.name} {.count} {.series.count} {.metadata.labels}{"\n"}{end}' 2>/dev/null || true)"
+  final=0
+  if [ -n "$DEMO_SECONDS" ] && [ "$elapsed" -ge "$DEMO_SECONDS" ]; then final=1; fi
+  if [ "$shown" != "$last_shown" ] || [ "$final" = 1 ]; then
+    last_shown="$shown"
+    if [ "$storm_done" = 0 ]; then phase="${Y}storm running${N}"; else phase="${G}storm over${N}"; fi
+    printf '\n%s── %3ss ── %s%s · series: %s Ongoing, %s Finished %s──%s\n' \
+      "$B" "$elapsed" "$phase" "$B" "$ongoing" "$finished" "$D" "$N"
+    k -n event-series-system get pods 2>&1 || true
+    k get events -n "$NS" --field-selector reason=BackOff -L eventseries.dev/state \
+      --sort-by=.metadata.creationTimestamp 2>&1 || true
+    printf '%sthe same series as series (event-series get -n %s, also `kubectl series`):%s\n' "$D" "$NS" "$N"
+    KUBECONFIG="$ADMIN" "$OPERATOR" get -n "$NS" 2>&1 || true
+  fi
+  if [ "$storm_done" = 1 ] && [ "$ongoing" = 0 ] && [ "$finished" -gt 0 ] && [ "$finished_note" = 0 ]; then
+    finished_note=1
+    printf '\n%sEvery loop is Finished: %s series, one object each.%s\n' "$G" "$finished" "$N"
+    if [ -z "$DEMO_SECONDS" ]; then note "Ctrl-C stops the demo."; fi
+  fi
+  if [ "$final" = 1 ]; then
+    note "DEMO_SECONDS=$DEMO_SECONDS reached"
+    break
+  fi
+  sleep "$INTERVAL"
+done

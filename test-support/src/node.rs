@@ -1,0 +1,269 @@
+//! The one-node cluster (`hack/cluster-up-node.sh`): a kubelet with containerd, the scheduler, the
+//! controller-manager and kube-proxy beside the real apiserver, and event-series installed on it as
+//! Pods from its own image with the plain `kubectl apply -k config/default`.
+//!
+//! The node is shared by the node tests of one process and started once, when the first of them
+//! runs (so not beside the other end-to-end tests): the cluster `EVENT_SERIES_NODE_KUBECONFIG` points
+//! to, or else one the harness starts in `target/envtest-node` (and `just test` stops). A machine
+//! that cannot run a node (not Linux, not root, tools missing) skips the node tests with a line on
+//! stderr, except under `CI=true`, where that is a failure.
+
+use crate::cluster::{client_for, kubectl_on};
+use crate::repo_root;
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::Client;
+use kube::api::{Api, ListParams};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Where the operator runs on the node.
+pub const NAMESPACE: &str = "event-series-system";
+/// The label every node test namespace carries, which the tests' policy selects.
+pub const TEST_LABEL: &str = "event-series.dev/node-test";
+
+/// The shared node cluster, with the operator installed (2 replicas, one leader) and the tests'
+/// policy applied; `None` (after saying why) where the machine cannot run a node outside CI.
+pub fn node() -> Option<&'static Path> {
+    static NODE: OnceLock<Option<PathBuf>> = OnceLock::new();
+    NODE.get_or_init(|| {
+        let kubeconfig = match std::env::var("EVENT_SERIES_NODE_KUBECONFIG") {
+            Ok(path) => PathBuf::from(path),
+            Err(_) => {
+                let dir = repo_root().join("target/envtest-node");
+                let status = Command::new("bash")
+                    .arg(repo_root().join("hack/cluster-up-node.sh"))
+                    .env("ENVTEST_DIR", &dir)
+                    .status();
+                match status {
+                    Ok(s) if s.success() => dir.join("kubeconfig"),
+                    other => {
+                        let why = format!("hack/cluster-up-node.sh failed: {other:?}");
+                        if std::env::var("CI").as_deref() == Ok("true") {
+                            panic!("{why} (CI=true: the node tests must run)");
+                        }
+                        eprintln!("node tests skipped on this machine: {why}");
+                        return None;
+                    }
+                }
+            }
+        };
+        if let Err(e) = install(&kubeconfig) {
+            panic!("installing event-series on the node: {e:#}");
+        }
+        Some(kubeconfig)
+    })
+    .as_deref()
+}
+
+/// A client for the node cluster's admin.
+pub async fn client(kubeconfig: &Path) -> Result<Client> {
+    client_for(kubeconfig).await
+}
+
+/// `kubectl apply -k config/default` as the README says, the policy the tests share (short
+/// finishAfter, for namespaces labelled [`TEST_LABEL`]=fast), then waits for two Ready replicas and a
+/// leader. Idempotent: a second call finds it all in place.
+fn install(kubeconfig: &Path) -> Result<()> {
+    let config = repo_root().join("config/default");
+    kubectl_on(kubeconfig, &["apply", "-k", &config.to_string_lossy()])?;
+    crate::cluster::apply_on(kubeconfig, TEST_POLICIES, &[])?;
+    kubectl_on(
+        kubeconfig,
+        &[
+            "-n",
+            NAMESPACE,
+            "rollout",
+            "status",
+            "deployment/event-series",
+            "--timeout=180s",
+        ],
+    )
+    .context("the operator's Deployment did not become available")?;
+    Ok(())
+}
+
+/// Two policies for the node tests: `fast` writes a heartbeat every 30 s (so a test sees the count
+/// grow) and finishes a loop after 45 s of quiet (the kubelet's crash-loop BackOff comes every 10 to
+/// 20 s here); `note` does the same and also keys by the message.
+const TEST_POLICIES: &str = r#"apiVersion: eventseries.dev/v1alpha1
+kind: EventSeriesPolicy
+metadata:
+  name: node-tests-fast
+spec:
+  namespaceSelector:
+    matchLabels:
+      event-series.dev/node-test: fast
+  heartbeatInterval: 30s
+  finishAfter: 45s
+  seriesWindow: 5m
+---
+apiVersion: eventseries.dev/v1alpha1
+kind: EventSeriesPolicy
+metadata:
+  name: node-tests-note
+spec:
+  namespaceSelector:
+    matchLabels:
+      event-series.dev/node-test: note
+  heartbeatInterval: 30s
+  finishAfter: 45s
+  seriesWindow: 5m
+  isomorphism:
+    includeNote: true
+"#;
+
+/// The operator's Pods that are Ready, by name.
+pub async fn ready_operator_pods(client: &Client) -> Result<Vec<String>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let list = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/name=event-series"))
+        .await?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .filter_map(|p| p.metadata.name)
+        .collect())
+}
+
+/// The holder of the operator's Lease, if any.
+pub async fn leader(client: &Client) -> Result<Option<String>> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
+    Ok(leases
+        .get_opt("event-series")
+        .await?
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+        .filter(|h| !h.is_empty()))
+}
+
+/// Polls `check` every second until it returns `Some`, or fails after `limit` with `what`.
+pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>>>,
+{
+    let start = Instant::now();
+    let mut last_err = None;
+    loop {
+        match check().await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last_err = Some(e),
+        }
+        if start.elapsed() > limit {
+            match last_err {
+                Some(e) => bail!("{what} (after {limit:?}; last error: {e:#})"),
+                None => bail!("{what} (after {limit:?})"),
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// The occurrences a raw event object stands for, as its emitter wrote them: `series.count` for the
+/// events.k8s.io recorder, `count` for the legacy one, 1 for a single event.
+pub fn raw_count(e: &Event) -> u64 {
+    match (&e.series, e.count) {
+        (Some(s), _) => s.count.unwrap_or(1).max(1) as u64,
+        (None, Some(c)) => c.max(1) as u64,
+        (None, None) => 1,
+    }
+}
+
+/// The raw (non-series) events of `ns` with `reason` about the object named `name`.
+pub async fn raw_events(client: &Client, ns: &str, reason: &str, name: &str) -> Result<Vec<Event>> {
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    let list = events
+        .list(&ListParams::default().labels("!app.kubernetes.io/managed-by"))
+        .await?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter(|e| e.involved_object.name.as_deref() == Some(name))
+        .collect())
+}
+
+/// Metrics of the operator Pod `pod`, scraped over HTTPS on its Pod IP with a token of a
+/// ServiceAccount bound to `event-series-metrics-reader` (made on first use).
+pub async fn scrape(client: &Client, kubeconfig: &Path, pod: &str) -> Result<String> {
+    static TOKEN: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
+    let token = TOKEN
+        .get_or_try_init(|| async {
+            crate::cluster::apply_on(kubeconfig, SCRAPER, &[])?;
+            let token = kubectl_on(
+                kubeconfig,
+                &[
+                    "-n",
+                    NAMESPACE,
+                    "create",
+                    "token",
+                    "node-test-scraper",
+                    "--duration=2h",
+                ],
+            )?;
+            anyhow::Ok(token.trim().to_owned())
+        })
+        .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let ip = pods
+        .get(pod)
+        .await?
+        .status
+        .and_then(|s| s.pod_ip)
+        .context("the operator Pod has no IP")?;
+    let out = Command::new("curl")
+        .args(["-sS", "--fail", "--max-time", "10", "-k", "-H"])
+        .arg(format!("Authorization: Bearer {token}"))
+        .arg(format!("https://{ip}:8443/metrics"))
+        .output()?;
+    if !out.status.success() {
+        bail!("scraping {pod}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+const SCRAPER: &str = r#"apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: node-test-scraper
+  namespace: event-series-system
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: node-test-scraper
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: event-series-metrics-reader
+subjects:
+  - kind: ServiceAccount
+    name: node-test-scraper
+    namespace: event-series-system
+"#;
+
+/// The sum of a metric family's samples whose labels contain every one of `labels` (`k="v"`).
+pub fn metric_sum(scrape: &str, family: &str, labels: &[&str]) -> f64 {
+    scrape
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.strip_prefix(family)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter(|l| labels.iter().all(|want| l.contains(want)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
