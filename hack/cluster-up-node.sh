@@ -57,12 +57,18 @@ N="$DIR/node"
 mkdir -p "$N"
 # A node left from an earlier run (or a crash) is cleared first: it shares the bridge and the
 # iptables chains, and its containers would outlive a new containerd.
+owner="$(cat "$NODE_RUN/owner" 2>/dev/null || true)"
+if [ -n "$owner" ] && [ "$owner" != "$DIR" ] && [ -e "$owner/node/up" ]; then
+  fail "a node already runs on this machine, from $owner (one at a time: ENVTEST_DIR=$owner hack/cluster-down.sh)"
+fi
 if [ -e "$N/up" ] || ip link show "$NODE_BRIDGE" >/dev/null 2>&1; then
   echo "cluster-up-node: clearing an earlier node" >&2
   bash "$ROOT/hack/cluster-down.sh"
+  ip link del "$NODE_BRIDGE" 2>/dev/null || true
 fi
-mkdir -p "$N"
+mkdir -p "$N" "$NODE_RUN"
 : >"$N/up"
+echo "$DIR" >"$NODE_RUN/owner"
 
 # --- sysctls: record what they were before anything here changes them (restored at teardown) ---
 for k in "${NODE_SYSCTLS[@]}"; do
@@ -181,7 +187,6 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     bin_dir = "$CNI_BIN"
     conf_dir = "$N/cni/conf"
 EOF
-mkdir -p "$(dirname "$NODE_SOCK")"
 start containerd "$DIR/containerd.log" "$(command -v containerd)" --config="$N/containerd.toml"
 for _ in $(seq 100); do
   ctr --address "$NODE_SOCK" version >/dev/null 2>&1 && break

@@ -14,7 +14,7 @@
 #   5. every few seconds prints the operator's Pods, `kubectl get events` and `event-series get`.
 #
 # Ctrl-C (or the end) removes the cluster and every trace of the node. Logs stay in target/envtest-demo-node.
-# Environment: DEMO_SECONDS, DEMO_INTERVAL as hack/demo.sh; STORM_SECONDS (default 150).
+# Environment: DEMO_SECONDS, DEMO_INTERVAL as hack/demo.sh; STORM_SECONDS (default 120).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,7 +23,7 @@ export ENVTEST_DIR="$ROOT/target/envtest-demo-node"
 DIR="$ENVTEST_DIR"
 BIN="$ROOT/target/envtest/bin"
 NS=demo
-STORM_SECONDS="${STORM_SECONDS:-150}"
+STORM_SECONDS="${STORM_SECONDS:-120}"
 INTERVAL="${DEMO_INTERVAL:-5}"
 DEMO_SECONDS="${DEMO_SECONDS:-}"
 
@@ -100,10 +100,13 @@ done
 storm_start=$SECONDS
 cat <<EOF
 
-${B}What to look at${N}: rows without STATE are the kubelet's own events (BackOff patched on every
-occurrence, until its spam filter drops them); rows with STATE are event-series' series, one per
-loop, written by the operator's Pods. After ${STORM_SECONDS}s the Pods are deleted: 45 s later each
-series is marked Finished. Meanwhile, in another terminal:
+${B}What to look at${N}: rows without STATE are the kubelet's own events, patched on every occurrence;
+rows with STATE are event-series' series, one per loop (BackOff, and the Pulled/Created/Started of
+every restart), written by the operator's Pods. The kubelet's recorder lets about 25 events per Pod
+through in a burst, then one per 5 minutes (its spam filter): about a minute in, the loops fall
+silent in the API although the Pods still crash, and 45 s later each series is marked Finished with
+the count the API saw. After ${STORM_SECONDS}s the Pods are deleted.
+Meanwhile, in another terminal:
   export KUBECONFIG=${ADMIN}
   ${BIN#"$ROOT"/}/kubectl get events -A -l eventseries.dev/state=Ongoing
   ${OPERATOR#"$ROOT"/} get -A --watch
