@@ -27,17 +27,8 @@ STORM_SECONDS="${STORM_SECONDS:-120}"
 INTERVAL="${DEMO_INTERVAL:-5}"
 DEMO_SECONDS="${DEMO_SECONDS:-}"
 
-if [ -t 1 ]; then
-  B=$'\e[1m' D=$'\e[2m' G=$'\e[32m' Y=$'\e[33m' R=$'\e[31m' N=$'\e[0m'
-else
-  B='' D='' G='' Y='' R='' N=''
-fi
-step() { printf '\n%s==> %s%s\n' "$B" "$*" "$N"; }
-note() { printf '%s    %s%s\n' "$D" "$*" "$N"; }
-die() {
-  printf '%sdemo: %s%s\n' "$R" "$*" "$N" >&2
-  exit 1
-}
+# shellcheck source-path=SCRIPTDIR source=demo-lib.sh
+. "$ROOT/hack/demo-lib.sh"
 
 cluster_started=0
 cleanup() {
@@ -120,23 +111,16 @@ while :; do
     k -n "$NS" delete pod crash-1 crash-2 crash-3 --wait=false >/dev/null
     note "storm over after ${elapsed}s: the crash-looping Pods are deleted"
   fi
-  states="$(k get events -n "$NS" -l app.kubernetes.io/managed-by=event-series \
-    -o jsonpath='{range .items[*]}{.metadata.labels.eventseries\.dev/state}{"\n"}{end}' 2>/dev/null || true)"
-  ongoing="$(grep -c '^Ongoing$' <<<"$states" || true)"
-  finished="$(grep -c '^Finished$' <<<"$states" || true)"
-  shown="$(k get events -n "$NS" -o jsonpath='{range .items[*]}{.metadata.name} {.count} {.series.count} {.metadata.labels}{"\n"}{end}' 2>/dev/null || true)"
+  demo_look "$NS"
   final=0
   if [ -n "$DEMO_SECONDS" ] && [ "$elapsed" -ge "$DEMO_SECONDS" ]; then final=1; fi
   if [ "$shown" != "$last_shown" ] || [ "$final" = 1 ]; then
     last_shown="$shown"
-    if [ "$storm_done" = 0 ]; then phase="${Y}storm running${N}"; else phase="${G}storm over${N}"; fi
-    printf '\n%s── %3ss ── %s%s · series: %s Ongoing, %s Finished %s──%s\n' \
-      "$B" "$elapsed" "$phase" "$B" "$ongoing" "$finished" "$D" "$N"
+    demo_header "$elapsed" "$storm_done"
     k -n event-series-system get pods 2>&1 || true
     k get events -n "$NS" --field-selector reason=BackOff -L eventseries.dev/state \
       --sort-by=.metadata.creationTimestamp 2>&1 || true
-    printf '%sthe same series as series (event-series get -n %s, also `kubectl series`):%s\n' "$D" "$NS" "$N"
-    KUBECONFIG="$ADMIN" "$OPERATOR" get -n "$NS" 2>&1 || true
+    demo_series "$NS"
   fi
   if [ "$storm_done" = 1 ] && [ "$ongoing" = 0 ] && [ "$finished" -gt 0 ] && [ "$finished_note" = 0 ]; then
     finished_note=1

@@ -57,17 +57,8 @@ if [ -z "$node_missing" ]; then
 fi
 echo "demo: no real node on this machine ($node_missing); the demo runs on a bare apiserver with client-go's recorders as emitters"
 
-if [ -t 1 ]; then
-  B=$'\e[1m' D=$'\e[2m' G=$'\e[32m' Y=$'\e[33m' R=$'\e[31m' N=$'\e[0m'
-else
-  B='' D='' G='' Y='' R='' N=''
-fi
-step() { printf '\n%s==> %s%s\n' "$B" "$*" "$N"; }
-note() { printf '%s    %s%s\n' "$D" "$*" "$N"; }
-die() {
-  printf '%sdemo: %s%s\n' "$R" "$*" "$N" >&2
-  exit 1
-}
+# shellcheck source-path=SCRIPTDIR source=demo-lib.sh
+. "$ROOT/hack/demo-lib.sh"
 
 # --- teardown: only what this script started, by pid ---
 operator_pid='' emitter_pid='' cluster_started=0
@@ -231,7 +222,6 @@ Meanwhile, in another terminal:
 EOF
 
 # --- 5. watch ---
-series_sel=app.kubernetes.io/managed-by=event-series
 last_shown='' storm_done=0 finished_note=0
 while :; do
   elapsed=$((SECONDS - storm_start))
@@ -245,24 +235,16 @@ while :; do
       note "storm over after ${elapsed}s: the recorder wrote $total occurrences to the API"
     fi
   fi
-  states="$(k get events -n "$NS" -l "$series_sel" \
-    -o jsonpath='{range .items[*]}{.metadata.labels.eventseries\.dev/state}{"\n"}{end}' 2>/dev/null || true)"
-  series_total="$(k get events -n "$NS" -l "$series_sel" \
+  demo_look "$NS"
+  series_total="$(k get events -n "$NS" -l app.kubernetes.io/managed-by=event-series \
     -o jsonpath='{range .items[*]}{.series.count}{"\n"}{end}' 2>/dev/null | awk '{ s += $1 } END { print s + 0 }')"
-  ongoing="$(grep -c '^Ongoing$' <<<"$states" || true)"
-  finished="$(grep -c '^Finished$' <<<"$states" || true)"
-  # Show the table when something other than the ages changed (names, counts, states).
-  shown="$(k get events -n "$NS" -o jsonpath='{range .items[*]}{.metadata.name} {.count} {.series.count} {.metadata.labels}{"\n"}{end}' 2>/dev/null || true)"
   final=0
   if [ -n "$DEMO_SECONDS" ] && [ "$elapsed" -ge "$DEMO_SECONDS" ]; then final=1; fi
   if [ "$shown" != "$last_shown" ] || [ "$final" = 1 ]; then
     last_shown="$shown"
-    if [ "$storm_done" = 0 ]; then phase="${Y}storm running${N}"; else phase="${G}storm over${N}"; fi
-    printf '\n%s── %3ss ── %s%s · series: %s Ongoing, %s Finished %s──%s\n' \
-      "$B" "$elapsed" "$phase" "$B" "$ongoing" "$finished" "$D" "$N"
+    demo_header "$elapsed" "$storm_done"
     k get events -n "$NS" -o wide -L eventseries.dev/state --sort-by=.metadata.creationTimestamp 2>&1 || true
-    printf '%sthe same series as series (event-series get -n %s, also `kubectl series`):%s\n' "$D" "$NS" "$N"
-    KUBECONFIG="$ADMIN" "$OPERATOR" get -n "$NS" 2>&1 || true
+    demo_series "$NS"
   fi
   if [ "$storm_done" = 1 ] && [ "$ongoing" = 0 ] && [ "$finished" -gt 0 ] && [ "$finished_note" = 0 ]; then
     finished_note=1
