@@ -48,5 +48,7 @@ image() {
   rm -rf "$ctx"
   echo "image: $OUT/$name.oci.tar ($tag, $(du -h "$OUT/$name.oci.tar" | cut -f1))"
 }
-image event-series "$TAG" "$ROOT/target/x86_64-unknown-linux-gnu/release/event-series"
+target="${CARGO_TARGET_DIR:-$ROOT/target}"
+case "$target" in /*) ;; *) target="$ROOT/$target" ;; esac
+image event-series "$TAG" "$target/x86_64-unknown-linux-gnu/release/event-series"
 image pause "$PAUSE_IMAGE" "$BIN/pause"

@@ -374,3 +374,22 @@ fn the_dockerfile_runtime_stage_is_the_image_just_image_builds() {
         "{buildah:?}"
     );
 }
+
+/// `just image` tags the image `ghcr.io/event-series/event-series:v<crate version>` (hack/image.sh
+/// reads the version from Cargo.toml); `config/default` must run exactly that, or the node's
+/// imported image is not the one the Deployment asks for.
+#[test]
+fn config_default_runs_the_tag_just_image_builds() {
+    let text = std::fs::read_to_string(repo_root().join("config/default/kustomization.yaml"))
+        .expect("config/default/kustomization.yaml");
+    let tag = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("newTag:"))
+        .map(str::trim)
+        .expect("an images: entry with newTag");
+    assert_eq!(tag, concat!("v", env!("CARGO_PKG_VERSION")));
+    assert!(
+        text.contains("newName: ghcr.io/event-series/event-series"),
+        "{text}"
+    );
+}
