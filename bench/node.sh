@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # `just bench-node`: one real crash loop on a real node, for NODE_MINUTES (default 35) of real time,
 # with the operator installed as Pods (kubectl apply -k config/default, default policy: heartbeat 30m,
-# finishAfter 6m). Counts, from the apiserver's own /metrics (apiserver_request_total, every write verb
-# and code), the core/v1 event writes (the kubelet's recorder; the scheduler's one Scheduled event is
-# the only other writer in this cluster) beside the events.k8s.io writes (event-series' series objects
-# only), then deletes the Pod and waits for the Finished write. Raw counts come from the kubelet's own
-# objects. Needs what hack/cluster-up-node.sh needs (Linux, root, containerd...). Results:
-# bench/results/node/<date>.json and one line on stdout.
+# finishAfter 6m). Then deletes the Pod and waits until every series of its namespace is Finished.
+# Writes: in the namespace of the loop, the kubelet's core/v1 event writes beside event-series'
+# events.k8s.io writes, attributed by user agent from the apiserver's audit log; for the whole
+# cluster, the apiserver's own /metrics (apiserver_request_total, every write verb and code; other
+# writers there: the scheduler, kube-proxy, event-series' series of the node and its own Pods). Raw
+# occurrences come from the kubelet's own objects. Needs what hack/cluster-up-node.sh needs (Linux,
+# root, containerd...). Results: bench/results/node/<date>.json and one line on stdout.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -41,17 +42,39 @@ done
 restarts="$(k -n bench get pod crash -o jsonpath='{.status.containerStatuses[0].restartCount}')"
 read -r core1 ev1 <<<"$(api_writes)"
 k -n bench delete pod crash --wait=true >/dev/null
-log "pod deleted after $restarts restarts; waiting for the Finished write (finishAfter 6m)"
+log "pod deleted after $restarts restarts; waiting until no series of the namespace is Ongoing (finishAfter 6m)"
+# The series of reasons the kubelet's spam filter silenced early are Finished already: wait for all.
+ongoing=1
 for _ in $(seq 90); do
-  state="$(k -n bench get events -l app.kubernetes.io/managed-by=event-series,eventseries.dev/state=Finished -o name 2>/dev/null | wc -l)"
-  [ "$state" -ge 1 ] && break
+  ongoing="$(k -n bench get events.v1.events.k8s.io -o name \
+    -l app.kubernetes.io/managed-by=event-series,eventseries.dev/state=Ongoing | wc -l)"
+  [ "$ongoing" -eq 0 ] && break
   sleep 10
 done
+[ "$ongoing" -eq 0 ] || die "$ongoing series still Ongoing 15 min after the pod went"
 read -r core2 ev2 <<<"$(api_writes)"
+# Who wrote what in the namespace bench, from the apiserver's audit log (apiserver_request_total has
+# neither namespace nor user agent): the kubelet's core/v1 writes and event-series' series writes.
+read -r kubelet_writes operator_writes <<<"$(python3 -c '
+import json, sys
+kubelet = operator = 0
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    ref = e.get("objectRef") or {}
+    if e.get("stage") != "ResponseComplete" or ref.get("resource") != "events":
+        continue
+    if ref.get("namespace") != "bench" or e["verb"] in ("get", "list", "watch"):
+        continue
+    agent = e.get("userAgent", "")
+    if agent.startswith("kubelet/") and ref.get("apiGroup", "") == "":
+        kubelet += 1
+    elif agent.startswith("event-series/") and ref.get("apiGroup") == "events.k8s.io":
+        operator += 1
+print(kubelet, operator)' "$CLUSTER_DIR/audit.log")"
 # the kubelet's raw objects: occurrences (count) and objects, BackOff and all reasons
 raw="$(k -n bench get events -l '!app.kubernetes.io/managed-by' -o json | python3 -c '
 import json, sys
-items = json.load(sys.stdin)["items"]
+items = [e for e in json.load(sys.stdin)["items"] if (e.get("source") or {}).get("component") == "kubelet"]
 backoff = [e for e in items if e.get("reason") == "BackOff"]
 occ = lambda es: sum(max(e.get("count") or 1, 1) for e in es)
 print(occ(items), len(items), occ(backoff), len(backoff))')"
@@ -66,7 +89,8 @@ cat >"$out" <<EOF
 {"minutes": $MINUTES, "restarts": $restarts, "machine": $machine,
  "core_writes_during_loop": $((core1 - core0)), "events_k8s_io_writes_during_loop": $((ev1 - ev0)),
  "core_writes_total": $((core2 - core0)), "events_k8s_io_writes_total": $((ev2 - ev0)),
+ "kubelet_writes_in_bench": $kubelet_writes, "event_series_writes_in_bench": $operator_writes,
  "raw_occurrences": $raw_occ, "raw_objects": $raw_objs, "backoff_occurrences": $backoff_occ, "backoff_objects": $backoff_objs,
  "series": "$series"}
 EOF
-echo "node: ${MINUTES} min crash loop, $restarts restarts: kubelet (core/v1) writes $((core2 - core0)) for $raw_occ occurrences in $raw_objs objects (BackOff: $backoff_occ in $backoff_objs); event-series (events.k8s.io) writes $((ev2 - ev0)); series $series ($out)"
+echo "node: ${MINUTES} min crash loop, $restarts restarts; in the namespace: the kubelet wrote $kubelet_writes times (core/v1) for $raw_occ occurrences in $raw_objs objects (BackOff: $backoff_occ in $backoff_objs), event-series $operator_writes times (events.k8s.io); series $series; whole cluster (apiserver /metrics): core writes $((core2 - core0)), events.k8s.io writes $((ev2 - ev0)) ($out)"
