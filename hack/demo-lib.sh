@@ -39,3 +39,25 @@ demo_series() {
   printf '%sthe same series as series (event-series get -n %s, also `kubectl series`):%s\n' "$D" "$1" "$N"
   KUBECONFIG="$ADMIN" "$OPERATOR" get -n "$1" 2>&1 || true
 }
+
+# demo_policy NS FINISH_AFTER SERIES_WINDOW HEARTBEAT: labels NS (created already) and applies the
+# EventSeriesPolicy "demo" that selects it, once its CRD is served.
+demo_policy() {
+  step "A policy for namespace $1: heartbeatInterval $4, finishAfter $2, seriesWindow $3"
+  k label namespace "$1" event-series-demo=true >/dev/null
+  k wait --for=condition=Established --timeout=60s crd/eventseriespolicies.eventseries.dev >/dev/null
+  k apply --server-side -f - >/dev/null <<POLICY
+apiVersion: eventseries.dev/v1alpha1
+kind: EventSeriesPolicy
+metadata:
+  name: demo
+spec:
+  namespaceSelector:
+    matchLabels:
+      event-series-demo: "true"
+  finishAfter: $2
+  seriesWindow: $3
+  heartbeatInterval: $4
+POLICY
+  note "eventseriespolicy.eventseries.dev/demo applied"
+}

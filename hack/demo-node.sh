@@ -65,22 +65,8 @@ k -n event-series-system rollout status deployment/event-series --timeout=180s
 k -n event-series-system get pods -o wide
 note "leader: $(k -n event-series-system get lease event-series -o jsonpath='{.spec.holderIdentity}' 2>/dev/null || echo none yet)"
 
-step "A policy for namespace $NS: heartbeatInterval 1m, finishAfter 45s, seriesWindow 5m"
 k create namespace "$NS" >/dev/null
-k label namespace "$NS" event-series-demo=true >/dev/null
-k apply --server-side -f - <<'EOF'
-apiVersion: eventseries.dev/v1alpha1
-kind: EventSeriesPolicy
-metadata:
-  name: demo
-spec:
-  namespaceSelector:
-    matchLabels:
-      event-series-demo: "true"
-  finishAfter: 45s
-  seriesWindow: 5m
-  heartbeatInterval: 1m
-EOF
+demo_policy "$NS" 45s 5m 1m
 
 step "The storm: 3 crash-looping Pods in $NS for ${STORM_SECONDS}s (the container exits 1 at once; the kubelet backs off 10 s at most here)"
 image="$(k -n event-series-system get deployment event-series -o jsonpath='{.spec.template.spec.containers[0].image}')"

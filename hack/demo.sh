@@ -109,29 +109,12 @@ k() { "$BIN/kubectl" --kubeconfig "$ADMIN" "$@"; }
 # shellcheck disable=SC1091
 APISERVER_URL="$(. "$DIR/cluster.env" && echo "$APISERVER_URL")"
 
-step "Installing config/default (kubectl apply --server-side -k config/default)"
-# The default policy needs its CRD to be served before kubectl can map it: CRD first.
-k apply --server-side -k config/crd >/dev/null
-k wait --for=condition=Established --timeout=60s crd/eventseriespolicies.eventseries.dev >/dev/null
-k apply --server-side -k config/default | sed 's/^/    /'
+step "Installing the operator: kubectl apply -k config/default"
+k apply -k config/default | sed 's/^/    /'
 note "(this apiserver has no nodes: the Deployment's pods never start; the operator runs here instead)"
 
-step "A policy for namespace $NS: heartbeatInterval 15s, finishAfter 20s, seriesWindow 20s"
 k create namespace "$NS" >/dev/null
-k label namespace "$NS" event-series-demo=true >/dev/null
-k apply --server-side -f - <<'EOF'
-apiVersion: eventseries.dev/v1alpha1
-kind: EventSeriesPolicy
-metadata:
-  name: demo
-spec:
-  namespaceSelector:
-    matchLabels:
-      event-series-demo: "true"
-  finishAfter: 20s
-  seriesWindow: 20s
-  heartbeatInterval: 15s
-EOF
+demo_policy "$NS" 20s 20s 15s
 
 # --- 3. the operator, as its ServiceAccount ---
 step "Running the operator as ServiceAccount event-series-system/event-series"
