@@ -56,7 +56,10 @@ struct RawEvidence {
 #[derive(Default)]
 pub(super) struct Recovery {
     evidence: HashMap<KeyId, Evidence>,
-    raws: HashMap<RawId, RawEvidence>,
+    /// By the namespace of the object that vouches for the raw object: a claim in one namespace
+    /// can never stand for another namespace's raw events (their ids are public, the claim's
+    /// namespace is checked by `decode`).
+    raws: HashMap<Box<str>, HashMap<RawId, RawEvidence>>,
 }
 
 impl Recovery {
@@ -73,7 +76,7 @@ impl Recovery {
                 }),
             },
         };
-        let by_raw = match self.raws.get(&obs.raw) {
+        let by_raw = match self.raws.get(obs.namespace).and_then(|r| r.get(&obs.raw)) {
             None => (0, None),
             Some(r) => match obs.resource_version {
                 Some(rv) if rv <= r.watermark => full,
@@ -96,12 +99,19 @@ impl Engine {
             let evidence = recovery.evidence.entry(p.id).or_default();
             evidence.watermark = evidence.watermark.max(p.watermark);
             evidence.truncated |= p.sources.len() >= MAX_SOURCES;
+            let raws = match recovery.raws.get_mut(p.namespace.as_str()) {
+                Some(raws) => raws,
+                None => recovery
+                    .raws
+                    .entry(p.namespace.as_str().into())
+                    .or_default(),
+            };
             for src in &p.sources {
                 let known = evidence.sources.entry(src.raw).or_insert((0, None));
                 if src.count >= known.0 {
                     *known = (src.count, src.last);
                 }
-                let raw = recovery.raws.entry(src.raw).or_default();
+                let raw = raws.entry(src.raw).or_default();
                 raw.watermark = raw.watermark.max(p.watermark);
                 if src.count >= raw.count {
                     (raw.count, raw.last) = (src.count, src.last);

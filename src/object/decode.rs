@@ -42,6 +42,11 @@ pub enum DecodeError {
         "watermark {watermark} lies beyond the resourceVersion {list} of the list it was read in"
     )]
     FutureWatermark { watermark: u64, list: u64 },
+    #[error(
+        "eventTime {first} lies beyond the clock tolerance; the object's name is derived from it, \
+         so it cannot be clamped without moving the series to another object"
+    )]
+    FutureStart { first: DateTime<Utc> },
 }
 
 impl DecodeError {
@@ -53,16 +58,18 @@ impl DecodeError {
             DecodeError::KeyMismatch { .. } => "key_mismatch",
             DecodeError::NameMismatch { .. } => "name_mismatch",
             DecodeError::FutureWatermark { .. } => "future_watermark",
+            DecodeError::FutureStart { .. } => "future_start",
         }
     }
 
     /// Every reason, so that the metric exports each at 0 from the start.
-    pub const REASONS: [&'static str; 5] = [
+    pub const REASONS: [&'static str; 6] = [
         "missing_field",
         "unparsable",
         "key_mismatch",
         "name_mismatch",
         "future_watermark",
+        "future_start",
     ];
 }
 
@@ -165,7 +172,12 @@ pub fn decode(ev: &Event, check: Check) -> Result<StoredSeries, DecodeError> {
             derived,
         });
     }
-    let first = check.clamp(first);
+    // The operator never starts a series beyond its clock's tolerance, and the name is bound to
+    // the start: a later time is a forgery (or a clock that went back), refused rather than
+    // clamped into a second object for the same series.
+    if check.clamp(first) != first {
+        return Err(DecodeError::FutureStart { first });
+    }
     Ok(StoredSeries {
         id,
         namespace: key.namespace.to_owned(),
