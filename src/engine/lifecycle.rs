@@ -93,7 +93,7 @@ impl Engine {
         }
         while self.slots[slot_idx].series.len() > max {
             let series = &mut self.slots[slot_idx].series;
-            let Some((id, evicted)) = series.largest().and_then(|big| series.pop_oldest_of(big))
+            let Some((id, evicted)) = series.largest(ns).and_then(|big| series.pop_oldest_of(big))
             else {
                 break;
             };

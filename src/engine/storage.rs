@@ -246,12 +246,13 @@ impl SeriesTables {
         Some(popped)
     }
 
-    /// The namespace holding the most series (the lowest index among equals). Linear in the
-    /// namespaces, and only asked when a bound is reached.
-    pub fn largest(&self) -> Option<u32> {
+    /// The namespace holding the most series; among equals `newcomer`, the one whose series just
+    /// took the place, so that a tie never costs a namespace that was there first (then the
+    /// lowest index). Linear in the namespaces, and only asked when a bound is reached.
+    pub fn largest(&self, newcomer: u32) -> Option<u32> {
         self.by_ns
             .iter()
-            .max_by_key(|(ns, t)| (t.len(), std::cmp::Reverse(**ns)))
+            .max_by_key(|(ns, t)| (t.len(), **ns == newcomer, std::cmp::Reverse(**ns)))
             .map(|(ns, _)| *ns)
     }
 
