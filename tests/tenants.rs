@@ -80,6 +80,28 @@ fn a_flood_in_one_namespace_never_gives_up_a_quiet_namespaces_series() {
     );
 }
 
+/// At the bound, a tie between the namespace that was there first and the one whose new series
+/// pushed the policy over goes against the newcomer.
+#[test]
+fn a_tie_at_the_bound_goes_against_the_namespace_that_pushed_over_it() {
+    let mut sim = Sim::new(Settings {
+        max_active_series: 3,
+        ..Settings::default()
+    });
+    for pod in ["q-0", "q-1"] {
+        sim.occur_n("quiet", &format!("{pod}.raw"), pod, "BackOff", false, 2);
+    }
+    for pod in ["t-0", "t-1"] {
+        sim.occur_n("tenant", &format!("{pod}.raw"), pod, "BackOff", false, 2);
+    }
+    assert_eq!(
+        evictions_in(&sim, "quiet"),
+        0,
+        "the quiet namespace keeps both"
+    );
+    assert_eq!(evictions_in(&sim, "tenant"), 1);
+}
+
 #[test]
 fn max_active_series_per_namespace_caps_one_namespace_alone() {
     let mut sim = Sim::new(Settings {
@@ -297,6 +319,59 @@ fn a_far_future_time_in_a_series_object_is_clamped_to_now() {
         s.last_observed_time = MicroTime(jiff(near));
     }
     assert_eq!(object::decode(&obj, check(now)).unwrap().last, near);
+}
+
+/// A start beyond the tolerance cannot be clamped: the object's name is derived from it, so the
+/// adopted series would be written under another name and the claimed object left Ongoing.
+#[test]
+fn a_series_object_starting_in_the_future_is_not_adopted() {
+    let (obj, now) = genuine();
+    let e = object::decode(&obj, check(now - TimeDelta::days(1))).unwrap_err();
+    assert_eq!(e.reason(), "future_start", "{e}");
+    // Within the tolerance (the operator's clock a little behind the emitter's) it is adopted
+    // under its own name.
+    let claim = object::decode(&obj, check(now - TimeDelta::minutes(5))).unwrap();
+    let stored = obj.event_time.as_ref().map(|t| t.0);
+    assert_eq!(
+        Some(jiff(claim.first)),
+        stored,
+        "its start is kept as stored"
+    );
+}
+
+/// Raw event ids are public (the hash of a uid anyone with `view` reads), so a tenant's own,
+/// well-formed series object may list another namespace's raw event among its sources: that claim
+/// must not stand for the victim's occurrences at a restart.
+#[test]
+fn a_claim_in_one_namespace_cannot_vouch_for_another_namespaces_raw_events() {
+    let mut sim = Sim::new(Settings::default());
+    // The victim's series object is written at the second occurrence; the third is not yet.
+    sim.occur_n("victim", "web-0.raw", "web-0", "BackOff", false, 1);
+    sim.occur_n("victim", "web-0.raw", "web-0", "BackOff", false, 1);
+    sim.occur_n("victim", "web-0.raw", "web-0", "BackOff", false, 1);
+    sim.occur_n("tenant", "t.raw", "t-0", "BackOff", false, 2);
+    let victim_raw = key::RawId::of("victim", "web-0.raw", "raw-victim-web-0.raw");
+    let forged = sim
+        .store
+        .objects
+        .iter_mut()
+        .find(|((ns, _), _)| ns == "tenant")
+        .map(|(_, o)| o)
+        .expect("the tenant's series object");
+    forged.metadata.annotations.get_or_insert_default().insert(
+        object::SOURCES_ANNOTATION.to_owned(),
+        format!("{victim_raw}=1000"),
+    );
+    sim.restart();
+    sim.occur_n("victim", "web-0.raw", "web-0", "BackOff", false, 1);
+    sim.occur_n("victim", "web-0.raw", "web-0", "BackOff", false, 1);
+    sim.advance(TimeDelta::minutes(10), secs(5));
+    let c = counts(&sim);
+    assert_eq!(
+        c[&("victim".to_owned(), "web-0".to_owned())],
+        vec![5],
+        "every occurrence of the victim's loop, whatever the tenant's object claims"
+    );
 }
 
 /// One raw object feeds the series of two keys (`includeNote` switched between them), and the
