@@ -1,5 +1,6 @@
 //! The command line: `event-series run`, `event-series get` (also `kubectl series`), `event-series crd`.
 
+use crate::intent::SeriesState;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -28,18 +29,15 @@ pub enum Command {
     Crd,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum SeriesState {
-    Ongoing,
-    Finished,
-}
+/// `--state` takes the label values themselves (`Ongoing`, `Finished`, any case), so the one
+/// `SeriesState` of the series objects serves the command line too.
+impl ValueEnum for SeriesState {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[SeriesState::Ongoing, SeriesState::Finished]
+    }
 
-impl SeriesState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SeriesState::Ongoing => "Ongoing",
-            SeriesState::Finished => "Finished",
-        }
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.as_str()))
     }
 }
 

@@ -104,6 +104,20 @@ fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
     respond(status, "text/plain; charset=utf-8", format!("{body}\n"))
 }
 
+/// A refusal that tells the client what to do next (`WWW-Authenticate`, `Retry-After`).
+fn text_with(
+    status: StatusCode,
+    body: &str,
+    header: hyper::header::HeaderName,
+    value: &'static str,
+) -> Response<Full<Bytes>> {
+    let mut response = text(status, body);
+    response
+        .headers_mut()
+        .insert(header, hyper::header::HeaderValue::from_static(value));
+    response
+}
+
 impl Server {
     async fn answer(&self, req: &Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
         let path = req.uri().path();
@@ -128,15 +142,12 @@ impl Server {
                     match auth.check(header).await {
                         Ok(Decision::Allowed) => {}
                         Ok(Decision::Unauthenticated) => {
-                            let mut r = text(
+                            return text_with(
                                 StatusCode::UNAUTHORIZED,
                                 "a bearer token the API server accepts is required",
-                            );
-                            r.headers_mut().insert(
                                 hyper::header::WWW_AUTHENTICATE,
-                                hyper::header::HeaderValue::from_static("Bearer"),
+                                "Bearer",
                             );
-                            return r;
                         }
                         Ok(Decision::Forbidden) => {
                             return text(
@@ -149,15 +160,12 @@ impl Server {
                             if !matches!(e, auth::ReviewError::Throttled) {
                                 tracing::warn!(error = %e, "could not check a metrics request's token");
                             }
-                            let mut r = text(
+                            return text_with(
                                 StatusCode::SERVICE_UNAVAILABLE,
                                 "the token could not be checked with the API server",
-                            );
-                            r.headers_mut().insert(
                                 hyper::header::RETRY_AFTER,
-                                hyper::header::HeaderValue::from_static("1"),
+                                "1",
                             );
-                            return r;
                         }
                     }
                 }
