@@ -80,6 +80,40 @@ fn a_flood_in_one_namespace_never_gives_up_a_quiet_namespaces_series() {
     );
 }
 
+/// A flood of one-off keys beyond the candidate bound (1,024 here) between two occurrences of a quiet
+/// loop: the flooding namespace gives up its own candidates, so the quiet loop still reaches its
+/// second occurrence and gets its series.
+#[test]
+fn a_flood_of_one_off_keys_cannot_keep_a_quiet_loop_from_its_series() {
+    let settings = Settings {
+        max_active_series: 20,
+        ..Settings::default()
+    };
+    let bound = settings.max_candidates();
+    let mut sim = Sim::new(settings);
+    let mut flood = 0;
+    for _ in 0..3 {
+        sim.occur("quiet", "web-0.raw", "web-0", "BackOff", false);
+        for _ in 0..bound + 100 {
+            let pod = format!("flood-{flood}");
+            sim.occur("flood", &format!("{pod}.raw"), &pod, "BackOff", false);
+            flood += 1;
+        }
+        sim.advance(secs(60), secs(10));
+    }
+    sim.advance(TimeDelta::minutes(10), secs(5));
+    let c = counts(&sim);
+    assert_eq!(
+        c.get(&("quiet".to_owned(), "web-0".to_owned())),
+        Some(&vec![3]),
+        "the quiet loop's one object with every occurrence"
+    );
+    assert!(
+        sim.engine.stats().candidates_evicted > 0,
+        "the flood hit the bound"
+    );
+}
+
 /// At the bound, a tie between the namespace that was there first and the one whose new series
 /// pushed the policy over goes against the newcomer.
 #[test]

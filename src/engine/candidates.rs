@@ -2,8 +2,11 @@
 //! window; a dormant key remembers, without counts, the raw objects already counted for a key whose
 //! occurrences were all alone.
 //!
-//! Both are bounded per slot by `Settings::max_candidates`: the least recently seen goes first, a
-//! candidate into the dormant table (its occurrences counted as lone), a dormant key out entirely.
+//! Both are bounded per slot by `Settings::max_candidates`. A candidate beyond the bound is given up
+//! by the namespace holding the most candidates, its least recently seen first (into the dormant
+//! table, its occurrences counted as lone), so a flood of one-off keys in one namespace cannot keep
+//! a quiet namespace's loop from ever reaching its second occurrence. A dormant key beyond the bound
+//! goes out entirely, the least recently seen first.
 
 use super::counting::Placement;
 use super::storage::{Dormant, Slot, Sources, Tally, record};
@@ -25,7 +28,7 @@ impl Engine {
         let (id, t, window) = (at.id, at.t, at.window);
         let max = self.policies.settings(at.slot).max_candidates();
         let slot = &mut self.slots[at.slot];
-        match slot.candidates.get(&id) {
+        match slot.candidates.get(at.ns, &id) {
             Some(c)
                 if t <= c.last.saturating_add(window) && t >= c.first.saturating_sub(window) =>
             {
@@ -49,7 +52,7 @@ impl Engine {
                     .map(|d| d.sources)
                     .unwrap_or_default();
                 if slot.candidates.len() >= max {
-                    evict_oldest_candidate(slot, &mut self.keys, &mut self.stats, max);
+                    evict_candidate(slot, &mut self.keys, &mut self.stats, max, Some(at.ns));
                 }
                 let mut tally = Tally {
                     key: self.keys.insert(&obs.key, obs.note),
@@ -74,7 +77,7 @@ impl Engine {
         let (id, ns, t) = (at.id, at.ns, at.t);
         let max = self.policies.settings(at.slot).max_candidates();
         let slot = &mut self.slots[at.slot];
-        if let Some(c) = slot.candidates.peek_mut(&id) {
+        if let Some(c) = slot.candidates.peek_mut(ns, &id) {
             record(&mut c.sources, obs.raw, obs.count, t);
             return;
         }
@@ -98,14 +101,12 @@ impl Engine {
         for (idx, slot) in self.slots.iter_mut().enumerate() {
             let settings = self.policies.settings(idx);
             let (window, max) = (settings.series_window, settings.max_candidates());
-            while let Some((_, c)) = slot.candidates.peek_oldest() {
-                if beyond(c.seen(), window) > now {
-                    break;
-                }
-                if let Some((id, c)) = slot.candidates.pop_oldest() {
-                    self.stats.lone += c.count;
-                    make_dormant(slot, &mut self.keys, id, c, max);
-                }
+            for (id, c) in slot
+                .candidates
+                .pop_expired(|c| beyond(c.seen(), window) <= now)
+            {
+                self.stats.lone += c.count;
+                make_dormant(slot, &mut self.keys, id, c, max);
             }
         }
     }
@@ -116,7 +117,7 @@ impl Engine {
         let max = self.policies.settings(slot_idx).max_candidates();
         let slot = &mut self.slots[slot_idx];
         while slot.candidates.len() > max {
-            evict_oldest_candidate(slot, &mut self.keys, &mut self.stats, max);
+            evict_candidate(slot, &mut self.keys, &mut self.stats, max, None);
         }
         while slot.dormant.len() > max {
             slot.dormant.pop_oldest();
@@ -124,9 +125,16 @@ impl Engine {
     }
 }
 
-/// The least recently seen candidate becomes dormant; its occurrences count as lone.
-fn evict_oldest_candidate(slot: &mut Slot, keys: &mut KeyStore, stats: &mut Stats, max: usize) {
-    if let Some((old, evicted)) = slot.candidates.pop_oldest() {
+/// The least recently seen candidate of the namespace holding the most (on a tie, `newcomer`'s)
+/// becomes dormant; its occurrences count as lone.
+fn evict_candidate(
+    slot: &mut Slot,
+    keys: &mut KeyStore,
+    stats: &mut Stats,
+    max: usize,
+    newcomer: Option<u32>,
+) {
+    if let Some((old, evicted)) = slot.candidates.pop_oldest_of_largest(newcomer) {
         stats.lone += evicted.count;
         stats.candidates_evicted += 1;
         make_dormant(slot, keys, old, evicted, max);

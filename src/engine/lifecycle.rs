@@ -47,9 +47,10 @@ impl Engine {
         now: DateTime<Utc>,
         slot_idx: SlotIdx,
         id: KeyId,
+        ns: u32,
         settings: &Settings,
     ) {
-        let Some(tally) = self.slots[slot_idx].candidates.remove(&id) else {
+        let Some(tally) = self.slots[slot_idx].candidates.remove(ns, &id) else {
             return;
         };
         let interval = settings.heartbeat_interval;
@@ -92,8 +93,7 @@ impl Engine {
             self.finish(now, slot_idx, id, evicted, FinishCause::Evicted);
         }
         while self.slots[slot_idx].series.len() > max {
-            let series = &mut self.slots[slot_idx].series;
-            let Some((id, evicted)) = series.largest(ns).and_then(|big| series.pop_oldest_of(big))
+            let Some((id, evicted)) = self.slots[slot_idx].series.pop_oldest_of_largest(Some(ns))
             else {
                 break;
             };

@@ -39,9 +39,9 @@
 //! in one namespace. A new series beyond a bound finishes another early (written Finished with its
 //! count, nothing is lost): the least recently active one of its own namespace for the namespace
 //! bound, of the namespace holding the most series for the policy bound, so a flood in one
-//! namespace never gives up a quiet namespace's series. `Settings::max_candidates` candidates and as
-//! many dormant keys (the least recently seen is dropped; a dropped candidate's occurrences count in
-//! `Stats::lone`). The raw-count table holds at most [`EngineConfig::raw_capacity`] objects (least
+//! namespace never gives up a quiet namespace's series. `Settings::max_candidates` candidates (beyond
+//! it the namespace holding the most gives up its least recently seen, whose occurrences count in
+//! `Stats::lone`) and as many dormant keys (the least recently seen is dropped). The raw-count table holds at most [`EngineConfig::raw_capacity`] objects (least
 //! recently updated evicted); an evicted object seen again is measured against the count its key's
 //! series, candidate or dormant record noted for it, so it is not counted again. Every eviction is
 //! counted in [`Stats`].
@@ -319,7 +319,7 @@ impl Engine {
         let placed = counting::place(&d, first, at.t, at.window);
         self.stats.lone += placed.lone;
         if self.add_to_candidate(&at, obs, &placed) >= 2 {
-            self.promote(now, slot_idx, id, &settings);
+            self.promote(now, slot_idx, id, at.ns, &settings);
         }
     }
 
@@ -442,7 +442,7 @@ impl Engine {
                 let idx = self.namespaces.slot_of(d.ns);
                 self.slots[idx].dormant.insert(id, d);
             }
-            while let Some((id, c)) = slot.candidates.pop_oldest() {
+            for (id, c) in slot.candidates.drain() {
                 let idx = self.namespaces.slot_of(c.ns);
                 self.slots[idx].candidates.insert(id, c);
             }

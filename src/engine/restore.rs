@@ -123,7 +123,7 @@ impl Engine {
             // Its key stays dormant with what it counted, as when it finished in this process.
             let max = self.policies.settings(slot_idx).max_candidates();
             let slot = &mut self.slots[slot_idx];
-            if slot.series.peek(ns, &p.id).is_none() && slot.candidates.peek(&p.id).is_none() {
+            if slot.series.peek(ns, &p.id).is_none() && slot.candidates.peek(ns, &p.id).is_none() {
                 let sources = p.sources.iter().take(MAX_SOURCES).map(Src::of).collect();
                 let last = micros(p.last.max(p.first));
                 match slot.dormant.peek_mut(&p.id) {

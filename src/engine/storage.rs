@@ -186,17 +186,46 @@ pub(super) fn recorded(sources: &Sources, raw: RawId) -> Option<(u64, Micros)> {
         .map(|s| (s.count, s.last))
 }
 
-/// The Ongoing series of one slot, one LRU table per namespace: a policy's `maxActiveSeries` gives
-/// up series of the namespace that holds the most (its least recently active first), and
-/// `maxActiveSeriesPerNamespace` finds a namespace's oldest in O(1). A namespace with no series has
+/// What a [`NsTables`] entry belongs to: the index of its namespace.
+pub(super) trait InNamespace {
+    fn ns(&self) -> u32;
+}
+
+impl InNamespace for Tally {
+    fn ns(&self) -> u32 {
+        self.ns
+    }
+}
+
+impl InNamespace for Series {
+    fn ns(&self) -> u32 {
+        self.tally.ns
+    }
+}
+
+/// Records of one slot kept in one LRU table per namespace, so that a bound gives up entries of the
+/// namespace that holds the most (its least recently active first), never a quiet namespace's: a
+/// policy's `maxActiveSeries` for series, `Settings::max_candidates` for candidates, and
+/// `maxActiveSeriesPerNamespace` finds a namespace's oldest in O(1). A namespace with no entry has
 /// no table.
-#[derive(Default)]
-pub(super) struct SeriesTables {
-    by_ns: BTreeMap<u32, Table<KeyId, Series>>,
+pub(super) struct NsTables<V> {
+    by_ns: BTreeMap<u32, Table<KeyId, V>>,
     len: usize,
 }
 
-impl SeriesTables {
+/// The Ongoing series of one slot.
+pub(super) type SeriesTables = NsTables<Series>;
+
+impl<V> Default for NsTables<V> {
+    fn default() -> Self {
+        NsTables {
+            by_ns: BTreeMap::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<V: InNamespace> NsTables<V> {
     pub fn len(&self) -> usize {
         self.len
     }
@@ -205,38 +234,38 @@ impl SeriesTables {
         self.by_ns.get(&ns).map_or(0, |t| t.len())
     }
 
-    /// The series, marked as the namespace's most recently active.
-    pub fn get(&mut self, ns: u32, id: &KeyId) -> Option<&mut Series> {
+    /// The entry, marked as the namespace's most recently active.
+    pub fn get(&mut self, ns: u32, id: &KeyId) -> Option<&mut V> {
         self.by_ns.get_mut(&ns)?.get(id)
     }
 
-    pub fn peek(&self, ns: u32, id: &KeyId) -> Option<&Series> {
+    pub fn peek(&self, ns: u32, id: &KeyId) -> Option<&V> {
         self.by_ns.get(&ns)?.peek(id)
     }
 
-    pub fn peek_mut(&mut self, ns: u32, id: &KeyId) -> Option<&mut Series> {
+    pub fn peek_mut(&mut self, ns: u32, id: &KeyId) -> Option<&mut V> {
         self.by_ns.get_mut(&ns)?.peek_mut(id)
     }
 
-    pub fn insert(&mut self, id: KeyId, s: Series) {
-        let t = self.by_ns.entry(s.tally.ns).or_insert_with(table);
+    pub fn insert(&mut self, id: KeyId, v: V) {
+        let t = self.by_ns.entry(v.ns()).or_insert_with(table);
         let before = t.len();
-        t.insert(id, s);
+        t.insert(id, v);
         self.len += t.len() - before;
     }
 
-    pub fn remove(&mut self, ns: u32, id: &KeyId) -> Option<Series> {
+    pub fn remove(&mut self, ns: u32, id: &KeyId) -> Option<V> {
         let t = self.by_ns.get_mut(&ns)?;
-        let s = t.remove(id)?;
+        let v = t.remove(id)?;
         self.len -= 1;
         if t.is_empty() {
             self.by_ns.remove(&ns);
         }
-        Some(s)
+        Some(v)
     }
 
-    /// The namespace's least recently active series.
-    pub fn pop_oldest_of(&mut self, ns: u32) -> Option<(KeyId, Series)> {
+    /// The namespace's least recently active entry.
+    pub fn pop_oldest_of(&mut self, ns: u32) -> Option<(KeyId, V)> {
         let t = self.by_ns.get_mut(&ns)?;
         let popped = t.pop_oldest()?;
         self.len -= 1;
@@ -246,21 +275,38 @@ impl SeriesTables {
         Some(popped)
     }
 
-    /// The namespace holding the most series; among equals `newcomer`, the one whose series just
-    /// took the place, so that a tie never costs a namespace that was there first (then the
-    /// lowest index). Linear in the namespaces, and only asked when a bound is reached.
-    pub fn largest(&self, newcomer: u32) -> Option<u32> {
-        self.by_ns
+    /// The least recently active entry of the namespace holding the most; among equals
+    /// `newcomer`, the namespace adding an entry, so that a tie never costs a namespace that was
+    /// there first (then the lowest index). Linear in the namespaces, and only asked when a bound
+    /// is reached.
+    pub fn pop_oldest_of_largest(&mut self, newcomer: Option<u32>) -> Option<(KeyId, V)> {
+        let largest = self
+            .by_ns
             .iter()
-            .max_by_key(|(ns, t)| (t.len(), **ns == newcomer, std::cmp::Reverse(**ns)))
-            .map(|(ns, _)| *ns)
+            .max_by_key(|(ns, t)| (t.len(), Some(**ns) == newcomer, std::cmp::Reverse(**ns)))
+            .map(|(ns, _)| *ns)?;
+        self.pop_oldest_of(largest)
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&KeyId, &Series)> {
+    /// Takes out every namespace's oldest entries for which `expired` holds, the oldest first.
+    /// Linear in the namespaces that hold entries.
+    pub fn pop_expired(&mut self, mut expired: impl FnMut(&V) -> bool) -> Vec<(KeyId, V)> {
+        let mut out = Vec::new();
+        self.by_ns.retain(|_, t| {
+            while t.peek_oldest().is_some_and(|(_, v)| expired(v)) {
+                out.extend(t.pop_oldest());
+            }
+            !t.is_empty()
+        });
+        self.len -= out.len();
+        out
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&KeyId, &V)> {
         self.by_ns.values().flat_map(|t| t.iter())
     }
 
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&KeyId, &mut Series)> {
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&KeyId, &mut V)> {
         self.by_ns.values_mut().flat_map(|t| t.iter_mut())
     }
 
@@ -268,8 +314,8 @@ impl SeriesTables {
         self.by_ns.keys().copied()
     }
 
-    /// Every series, each namespace's oldest first, leaving the tables empty.
-    pub fn drain(&mut self) -> Vec<(KeyId, Series)> {
+    /// Every entry, each namespace's oldest first, leaving the tables empty.
+    pub fn drain(&mut self) -> Vec<(KeyId, V)> {
         let mut out = Vec::with_capacity(self.len);
         for (_, mut t) in std::mem::take(&mut self.by_ns) {
             while let Some(e) = t.pop_oldest() {
@@ -295,7 +341,7 @@ impl SeriesTables {
 /// latest occurrence, which is how they expire (no timers needed).
 pub(super) struct Slot {
     pub series: SeriesTables,
-    pub candidates: Table<KeyId, Tally>,
+    pub candidates: NsTables<Tally>,
     pub dormant: Table<KeyId, Dormant>,
 }
 
@@ -303,7 +349,7 @@ impl Slot {
     pub fn new() -> Slot {
         Slot {
             series: SeriesTables::default(),
-            candidates: table(),
+            candidates: NsTables::default(),
             dormant: table(),
         }
     }
@@ -314,7 +360,7 @@ impl Slot {
         if let Some(s) = self.series.peek(ns, id) {
             return s.tally.recorded(raw);
         }
-        if let Some(c) = self.candidates.peek(id) {
+        if let Some(c) = self.candidates.peek(ns, id) {
             return c.recorded(raw);
         }
         self.dormant
@@ -457,7 +503,7 @@ impl Engine {
                 slot.dormant.pop_oldest();
             }
             slot.series.shrink();
-            shrink(&mut slot.candidates);
+            slot.candidates.shrink();
             shrink(&mut slot.dormant);
         }
         self.free_namespaces();
@@ -502,7 +548,7 @@ impl Engine {
         let mut in_use = BTreeSet::new();
         for slot in &self.slots {
             in_use.extend(slot.series.namespaces());
-            in_use.extend(slot.candidates.iter().map(|(_, c)| c.ns));
+            in_use.extend(slot.candidates.namespaces());
             in_use.extend(slot.dormant.iter().map(|(_, d)| d.ns));
         }
         self.namespaces.free_unused(&in_use);
