@@ -41,9 +41,10 @@
 //! bound, of the namespace holding the most series for the policy bound, so a flood in one
 //! namespace never gives up a quiet namespace's series. `Settings::max_candidates` candidates (beyond
 //! it the namespace holding the most gives up its least recently seen, whose occurrences count in
-//! `Stats::lone`) and as many dormant keys (the least recently seen is dropped). The raw-count table holds at most [`EngineConfig::raw_capacity`] objects (least
-//! recently updated evicted); an evicted object seen again is measured against the count its key's
-//! series, candidate or dormant record noted for it, so it is not counted again. Every eviction is
+//! `Stats::lone`) and as many dormant keys (the least recently seen is dropped). The raw-count
+//! table holds at most [`EngineConfig::raw_capacity`] objects (least recently updated evicted); an
+//! evicted object seen again is measured against the count its key's series, candidate or dormant
+//! record noted for it, so it is not counted again. Every eviction is
 //! counted in [`Stats`].
 //!
 //! # Clocks

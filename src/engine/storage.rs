@@ -288,8 +288,8 @@ impl<V: InNamespace> NsTables<V> {
         self.pop_oldest_of(largest)
     }
 
-    /// Takes out every namespace's oldest entries for which `expired` holds, the oldest first.
-    /// Linear in the namespaces that hold entries.
+    /// Takes out, in each namespace, the oldest entries for which `expired` holds (each
+    /// namespace's oldest first). Linear in the namespaces that hold entries.
     pub fn pop_expired(&mut self, mut expired: impl FnMut(&V) -> bool) -> Vec<(KeyId, V)> {
         let mut out = Vec::new();
         self.by_ns.retain(|_, t| {
