@@ -1,9 +1,18 @@
 //! The command line: `event-series run`, `event-series get` (also `kubectl series`), `event-series crd`.
 
+use crate::config::{Settings, duration};
+use crate::controller::ControllerConfig;
 use crate::intent::SeriesState;
+use crate::leader::LeaseConfig;
+use crate::leader::elector::{Timings, TimingsError};
+use crate::paging;
+use crate::reading::{self, table::parse_for};
+use crate::writer::WriterConfig;
+use chrono::TimeDelta;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -29,18 +38,6 @@ pub enum Command {
     Crd,
 }
 
-/// `--state` takes the label values themselves (`Ongoing`, `Finished`, any case), so the one
-/// `SeriesState` of the series objects serves the command line too.
-impl ValueEnum for SeriesState {
-    fn value_variants<'a>() -> &'a [Self] {
-        &[SeriesState::Ongoing, SeriesState::Finished]
-    }
-
-    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
-        Some(clap::builder::PossibleValue::new(self.as_str()))
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Output {
     /// More columns: REPORTER, NAME, NOTE.
@@ -60,15 +57,15 @@ pub struct GetArgs {
     /// Every namespace.
     #[arg(short = 'A', long, conflicts_with = "namespace")]
     pub all_namespaces: bool,
-    /// Only series in this state.
-    #[arg(long, value_enum, ignore_case = true)]
+    /// Only series in this state: Ongoing or Finished (any case).
+    #[arg(long)]
     pub state: Option<SeriesState>,
     /// Label selector, ANDed with the series label (for example eventseries.dev/state=Ongoing).
     #[arg(short = 'l', long)]
     pub selector: Option<String>,
     /// Only series about this object: kind/name, the kind case-insensitive (pod/web-0).
-    #[arg(long = "for", value_name = "KIND/NAME")]
-    pub for_object: Option<String>,
+    #[arg(long = "for", value_name = "KIND/NAME", value_parser = parse_for)]
+    pub for_object: Option<(String, String)>,
     /// Output format (default: the table).
     #[arg(short = 'o', long, value_enum)]
     pub output: Option<Output>,
@@ -115,14 +112,14 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "EVENT_SERIES_LOG_FORMAT")]
     pub log_format: LogFormat,
     /// Default heartbeatInterval where no EventSeriesPolicy applies.
-    #[arg(long, default_value = "30m")]
-    pub heartbeat_interval: String,
+    #[arg(long, default_value = "30m", value_parser = duration::parse_value)]
+    pub heartbeat_interval: TimeDelta,
     /// Default finishAfter where no EventSeriesPolicy applies.
-    #[arg(long, default_value = "6m")]
-    pub finish_after: String,
+    #[arg(long, default_value = "6m", value_parser = duration::parse_value)]
+    pub finish_after: TimeDelta,
     /// Default seriesWindow where no EventSeriesPolicy applies.
-    #[arg(long, default_value = "6m")]
-    pub series_window: String,
+    #[arg(long, default_value = "6m", value_parser = duration::parse_value)]
+    pub series_window: TimeDelta,
     /// Client-side limit on API writes per second.
     #[arg(long, default_value_t = 50.0)]
     pub qps: f64,
@@ -142,46 +139,142 @@ pub struct RunArgs {
     #[arg(long, env = "POD_NAMESPACE")]
     pub lease_namespace: Option<String>,
     /// How long the Lease stays valid after a renewal: the longest a standby waits for a dead leader.
-    #[arg(long, default_value = "15s")]
-    pub lease_duration: String,
+    #[arg(long, default_value = "15s", value_parser = duration::parse_std)]
+    pub lease_duration: Duration,
     /// A leader that has not renewed the Lease for this long stops writing at once and exits 1.
-    #[arg(long, default_value = "10s")]
-    pub renew_deadline: String,
+    #[arg(long, default_value = "10s", value_parser = duration::parse_std)]
+    pub renew_deadline: Duration,
     /// How often each replica tries to take or renew the Lease.
-    #[arg(long, default_value = "2s")]
-    pub retry_period: String,
+    #[arg(long, default_value = "2s", value_parser = duration::parse_std)]
+    pub retry_period: Duration,
     /// Deadline of every request to the API server (a silent connection fails it; it is retried).
-    #[arg(long, default_value = "30s")]
-    pub request_timeout: String,
+    /// Between 1s and 1h.
+    #[arg(long, default_value = "30s", value_parser = request_timeout)]
+    pub request_timeout: Duration,
     /// Most series with a write pending; beyond it intake waits for the writer.
     #[arg(long, default_value_t = 200_000)]
     pub max_pending_writes: usize,
     /// How far an event's own timestamp may lie from the operator's clock and still time its
     /// occurrence; beyond it, the occurrence is timed by its arrival. Also how far in the future a
     /// stored series object's times may lie before they are clamped to now at a restart.
-    #[arg(long, default_value = "10m")]
-    pub clock_tolerance: String,
+    #[arg(long, default_value = "10m", value_parser = duration::parse_value)]
+    pub clock_tolerance: TimeDelta,
     /// Most raw events per page of a list (the first one, and a relist after 410 Gone).
     #[arg(long, default_value_t = 500)]
     pub list_page_size: u32,
     /// About how many bytes of JSON one list page may hold: pages are sized by the largest object
     /// of the page before, so that Events with 1 MB messages cannot make one page hundreds of MB.
     /// A number of bytes, or with Ki, Mi or Gi.
-    #[arg(long, default_value = "1Mi")]
-    pub list_page_bytes: String,
+    #[arg(long, default_value = "1Mi", value_parser = paging::parse_bytes)]
+    pub list_page_bytes: usize,
     /// Watch and write in this namespace only (default: the whole cluster).
     #[arg(long)]
     pub namespace: Option<String>,
     /// Lifetime of one watch request; the watch then resumes from the last resourceVersion. A watch
     /// silent for longer than this plus 5 s is dead: it is resumed and counted as a stall. The end of
     /// each watch also proves the input current, which finishes wait for in a quiet cluster.
-    #[arg(long, default_value = "60s")]
-    pub watch_timeout: String,
+    #[arg(long, default_value = "60s", value_parser = duration::parse_std)]
+    pub watch_timeout: Duration,
     /// Benchmarks only (bench/bookmarks.sh): watch without allowWatchBookmarks, to measure what
     /// bookmarks save after a reconnect. Hidden: the SPEC requires bookmarks.
     #[arg(long, hide = true)]
     pub no_watch_bookmarks: bool,
     /// How long pending writes may take to flush on SIGTERM.
-    #[arg(long, default_value = "10s")]
-    pub shutdown_timeout: String,
+    #[arg(long, default_value = "10s", value_parser = duration::parse_std)]
+    pub shutdown_timeout: Duration,
+}
+
+/// `--request-timeout`: between 1 s and 1 h.
+fn request_timeout(value: &str) -> Result<Duration, duration::DurationError> {
+    let d = duration::parse_std(value)?;
+    if d > Duration::from_secs(3600) {
+        return Err(duration::DurationError::TooLong(value.to_owned()));
+    }
+    Ok(d)
+}
+
+impl RunArgs {
+    /// The settings of the namespaces no EventSeriesPolicy selects.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            heartbeat_interval: self.heartbeat_interval,
+            finish_after: self.finish_after,
+            series_window: self.series_window,
+            ..Settings::default()
+        }
+    }
+
+    /// Lifetime of one watch request, in the whole seconds the API takes.
+    pub fn watch_timeout_secs(&self) -> u32 {
+        self.watch_timeout.as_secs().clamp(1, u64::from(u32::MAX)) as u32
+    }
+
+    pub fn controller(&self) -> ControllerConfig {
+        ControllerConfig {
+            defaults: self.settings(),
+            namespace: self.namespace.clone(),
+            writer: WriterConfig {
+                qps: self.qps,
+                burst: self.burst,
+                max_pending: self.max_pending_writes,
+                ..WriterConfig::default()
+            },
+            drain: self.shutdown_timeout,
+            watch_timeout_secs: self.watch_timeout_secs(),
+            watch_bookmarks: !self.no_watch_bookmarks,
+            clock_tolerance: self.clock_tolerance,
+            list_page_size: self.list_page_size,
+            list_page_bytes: self.list_page_bytes,
+        }
+    }
+
+    /// The Lease to hold with `--leader-elect` (`None` without it), checked against client-go's
+    /// rules; `default_namespace` is the kubeconfig's (the pod's in a cluster).
+    pub fn lease(
+        &self,
+        default_namespace: &str,
+        identity: &str,
+    ) -> Result<Option<LeaseConfig>, TimingsError> {
+        if !self.leader_elect {
+            return Ok(None);
+        }
+        let timings = Timings {
+            lease_duration: self.lease_duration,
+            renew_deadline: self.renew_deadline,
+            retry_period: self.retry_period,
+        };
+        timings.validate()?;
+        Ok(Some(LeaseConfig {
+            name: self.lease_name.clone(),
+            namespace: self
+                .lease_namespace
+                .clone()
+                .unwrap_or_else(|| default_namespace.to_owned()),
+            identity: identity.to_owned(),
+            timings,
+            request_timeout: self.request_timeout,
+        }))
+    }
+}
+
+impl GetArgs {
+    /// The flags as a query.
+    pub fn query(self) -> reading::Query {
+        reading::Query {
+            namespace: self.namespace,
+            all_namespaces: self.all_namespaces,
+            state: self.state.map(|s| s.as_str().to_owned()),
+            selector: self.selector,
+            regarding: self.for_object,
+            format: match self.output {
+                None => reading::Format::Table,
+                Some(Output::Wide) => reading::Format::Wide,
+                Some(Output::Json) => reading::Format::Json,
+                Some(Output::Yaml) => reading::Format::Yaml,
+            },
+            watch: self.watch,
+            kubeconfig: self.kubeconfig,
+            context: self.context,
+        }
+    }
 }

@@ -13,10 +13,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod controller;
-pub mod engine;
 pub mod health;
-pub mod intent;
-pub mod key;
 pub mod leader;
 pub mod memory;
 pub mod metrics;
@@ -28,3 +25,6 @@ pub mod retry;
 pub mod server;
 pub mod watch;
 pub mod writer;
+
+/// The pure core, a crate of its own ([`event_series_core`]), re-exported under the paths the shell uses.
+pub use event_series_core::{engine, intent, key};

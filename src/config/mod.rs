@@ -5,11 +5,13 @@
 //! Dependencies point one way: `policy_watch` -> `resolve`, `status` -> `crd`, `settings`, `duration`.
 
 pub mod crd;
-pub mod duration;
 pub mod policy_watch;
 pub mod resolve;
-pub mod settings;
 pub mod status;
+
+/// The settings and durations live in the pure core ([`event_series_core`]); re-exported here, where
+/// the rest of the configuration is.
+pub use event_series_core::{duration, settings};
 
 pub use crd::{EventSeriesPolicy, EventSeriesPolicySpec, EventSeriesPolicyStatus};
 pub use settings::{PolicySet, Settings, SettingsError, SlotIdx};

@@ -38,6 +38,19 @@ pub struct Timings {
     pub retry_period: Duration,
 }
 
+/// Timings that break client-go's rules, named by their flags.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TimingsError {
+    #[error("--lease-duration ({:?}) must be longer than --renew-deadline ({:?})", .0.lease_duration, .0.renew_deadline)]
+    LeaseNotLonger(Timings),
+    #[error("--renew-deadline ({:?}) must be longer than 1.2 x --retry-period ({:?})", .0.renew_deadline, .0.retry_period)]
+    RenewNotLonger(Timings),
+    #[error("--lease-duration ({:?}) must be whole seconds", .0.lease_duration)]
+    Fraction(Timings),
+    #[error("--retry-period must be positive")]
+    NoRetry,
+}
+
 impl Default for Timings {
     fn default() -> Self {
         Timings {
@@ -50,28 +63,20 @@ impl Default for Timings {
 
 impl Timings {
     /// client-go's rules: the lease outlasts the renew deadline, which outlasts a jittered retry.
-    pub fn validate(&self) -> Result<(), String> {
-        if self.lease_duration <= self.renew_deadline {
-            return Err(format!(
-                "--lease-duration ({:?}) must be longer than --renew-deadline ({:?})",
-                self.lease_duration, self.renew_deadline
-            ));
+    pub fn validate(&self) -> Result<(), TimingsError> {
+        let t = *self;
+        if t.lease_duration <= t.renew_deadline {
+            return Err(TimingsError::LeaseNotLonger(t));
         }
-        if self.renew_deadline.as_secs_f64() <= 1.2 * self.retry_period.as_secs_f64() {
-            return Err(format!(
-                "--renew-deadline ({:?}) must be longer than 1.2 x --retry-period ({:?})",
-                self.renew_deadline, self.retry_period
-            ));
+        if t.renew_deadline.as_secs_f64() <= 1.2 * t.retry_period.as_secs_f64() {
+            return Err(TimingsError::RenewNotLonger(t));
         }
-        if self.lease_duration.subsec_nanos() != 0 {
+        if t.lease_duration.subsec_nanos() != 0 {
             // The Lease holds whole seconds: a fraction would shorten the margin a standby keeps.
-            return Err(format!(
-                "--lease-duration ({:?}) must be whole seconds",
-                self.lease_duration
-            ));
+            return Err(TimingsError::Fraction(t));
         }
-        if self.retry_period.is_zero() {
-            return Err("--retry-period must be positive".into());
+        if t.retry_period.is_zero() {
+            return Err(TimingsError::NoRetry);
         }
         Ok(())
     }
@@ -299,12 +304,22 @@ mod tests {
             lease_duration: secs(10),
             ..t
         };
-        assert!(bad.validate().unwrap_err().contains("--lease-duration"));
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("--lease-duration")
+        );
         let bad = Timings {
             retry_period: secs(9),
             ..t
         };
-        assert!(bad.validate().unwrap_err().contains("--retry-period"));
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("--retry-period")
+        );
     }
 
     #[test]

@@ -129,6 +129,11 @@ impl Election {
     }
 
     /// The fence for the writer.
+    /// The Lease this election is for.
+    pub fn config(&self) -> &LeaseConfig {
+        &self.config
+    }
+
     pub fn fence(&self) -> WriteFence {
         WriteFence(Some(self.elector.clone()))
     }

@@ -116,7 +116,7 @@ pub fn parse_sources(s: &str) -> Option<Vec<Source>> {
 mod tests {
     use super::*;
     use crate::key::ObjectRef;
-    use crate::key::fields::tests::is_dns_subdomain;
+    use crate::key::fields::is_dns_subdomain;
 
     #[test]
     fn names_are_dns_subdomains() {

@@ -95,15 +95,18 @@ impl Filter {
     }
 }
 
+/// A `--for` value that is not `kind/name`.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{0:?}: expected kind/name, such as pod/web-0")]
+pub struct BadFor(String);
+
 /// Parses `--for`: `kind/name` (`pod/web-0`, `Deployment/api`).
-pub fn parse_for(value: &str) -> Result<(String, String), String> {
+pub fn parse_for(value: &str) -> Result<(String, String), BadFor> {
     match value.split_once('/') {
         Some((kind, name)) if !kind.is_empty() && !name.is_empty() && !name.contains('/') => {
             Ok((kind.to_owned(), name.to_owned()))
         }
-        _ => Err(format!(
-            "--for {value:?}: expected kind/name, such as pod/web-0"
-        )),
+        _ => Err(BadFor(value.to_owned())),
     }
 }
 

@@ -1,8 +1,8 @@
 //! The writer: performs the engine's intents against events.k8s.io/v1, in its own task, so that a
 //! slow or throttled API server never holds up the watch.
 //!
-//! - [`queue`] holds the pending writes (pure): one per series, latest state wins, due writes from
-//!   a heap, bounded; this module performs them.
+//! - [`queue`] holds the pending writes (pure): one per series, latest state wins, bounded;
+//!   [`fair`] hands out the due ones, namespaces in turn; this module performs them.
 //! - A client-side rate limit (QPS and burst, `governor`) paces every request.
 //! - Heartbeats and finishes are JSON merge patches of the whole series object (RBAC verb `patch`).
 //! - What to do after each answer is decided by [`next`], a pure function: 409 on create → patch
@@ -13,6 +13,7 @@
 //! - Before each request the writer asks the [`WriteFence`]: a replica that may no longer lead starts
 //!   nothing, and every request must be over before another replica could take the Lease.
 
+pub mod fair;
 pub mod queue;
 
 use crate::client::timed_out;

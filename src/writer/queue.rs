@@ -1,24 +1,19 @@
-//! The writer's pending writes, with no I/O and the clock injected: which write is due, what an
-//! answer leads to, and whether the writer is making progress.
+//! The writer's pending writes, with no I/O and the clock injected: what is pending per series
+//! object, what an answer leads to, and whether the writer is making progress. Which due write goes
+//! next, fairly across namespaces, is [`super::fair`]'s.
 //!
 //! - One entry per series object: a newer intent replaces the older one (latest state wins), so a
 //!   backoff never loses counts and never multiplies writes, and the queue is bounded by the number
 //!   of series with something left to write; [`Queue::is_full`] tells the shell to stop taking
 //!   intents (back-pressure) at `capacity`.
-//! - Namespaces are served in turn: each namespace has a min-heap of its writes' due times, and
-//!   the namespaces with a write due now take one write each, round-robin, so one namespace's
-//!   backlog (a tenant's flood) cannot delay another's writes. A min-heap of each waiting
-//!   namespace's earliest due time finds the next due write: O(log n) per write, whatever the
-//!   backlog. Heap entries are never updated in place; an entry whose epoch no longer matches is
-//!   stale and skipped when it surfaces. A namespace with nothing pending leaves the tables.
 //! - An answer never discards a newer intent: a write rejected, or done, for an older state leaves
 //!   the newer one pending.
 
+use super::fair::Fair;
 use super::{Answer, Next, Verb, next};
 use crate::intent::{Intent, WriteKind};
 use crate::object;
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -65,12 +60,10 @@ pub enum Settled {
 struct Pending {
     intent: Intent,
     verb: Verb,
+    /// Which intent this is ([`Queue::intents`] when it arrived); an answer names it back.
     seq: u64,
-    not_before: Instant,
     delays: backon::ExponentialBackoff,
     in_flight: bool,
-    /// Which heap entry is current.
-    epoch: u64,
 }
 
 fn delays() -> backon::ExponentialBackoff {
@@ -84,27 +77,15 @@ fn first_verb(kind: WriteKind) -> Verb {
     }
 }
 
-/// One namespace's waiting writes.
-#[derive(Default)]
-struct Namespace {
-    due: BinaryHeap<Reverse<(Instant, u64, Arc<Target>)>>,
-    /// In the round-robin of namespaces with a write due.
-    ready: bool,
-    /// Which entry of [`Queue::tops`] is current, when not ready.
-    epoch: u64,
-}
-
 pub struct Queue {
     pending: HashMap<Arc<Target>, Pending>,
-    namespaces: HashMap<String, Namespace>,
-    /// Namespaces with a write due now, in the order they are served.
-    ready: VecDeque<String>,
-    /// Each other namespace's earliest due time (stale entries skipped by epoch).
-    tops: BinaryHeap<Reverse<(Instant, u64, String)>>,
-    seq: u64,
+    /// The pending writes waiting for their due time (not in flight).
+    waiting: Fair<Arc<Target>>,
+    /// Intents taken so far: each pending write's `seq`.
+    intents: u64,
     capacity: usize,
     in_flight: usize,
-    /// Since when the queue has had work and no answer has moved it on (see [`Queue::stuck_for`]).
+    /// Since when the queue has had work and no answer has moved it on (see [`Queue::stuck_since`]).
     waiting_since: Option<Instant>,
 }
 
@@ -112,10 +93,8 @@ impl Queue {
     pub fn new(capacity: usize) -> Queue {
         Queue {
             pending: HashMap::new(),
-            namespaces: HashMap::new(),
-            ready: VecDeque::new(),
-            tops: BinaryHeap::new(),
-            seq: 0,
+            waiting: Fair::default(),
+            intents: 0,
             capacity: capacity.max(1),
             in_flight: 0,
             waiting_since: None,
@@ -140,95 +119,16 @@ impl Queue {
     }
 
     fn schedule(&mut self, target: Arc<Target>, at: Instant) {
-        self.seq += 1;
-        let Some(p) = self.pending.get_mut(&target) else {
-            return;
-        };
-        p.not_before = at;
-        p.epoch = self.seq;
         let ns = target.namespace.clone();
-        let n = self.namespaces.entry(ns.clone()).or_default();
-        let earlier = n.due.peek().is_none_or(|Reverse((top, _, _))| at < *top);
-        n.due.push(Reverse((at, self.seq, target)));
-        if !n.ready && earlier {
-            n.epoch = self.seq;
-            self.tops.push(Reverse((at, self.seq, ns)));
-        }
-    }
-
-    /// The earliest waiting write of a namespace, stale entries dropped; the namespace leaves the
-    /// tables when nothing of it waits (and it is not in the round-robin).
-    fn top_of(&mut self, ns: &str) -> Option<Instant> {
-        let n = self.namespaces.get_mut(ns)?;
-        while let Some(Reverse((at, epoch, target))) = n.due.peek() {
-            let current = self
-                .pending
-                .get(target)
-                .is_some_and(|p| !p.in_flight && p.epoch == *epoch);
-            if current {
-                return Some(*at);
-            }
-            n.due.pop();
-        }
-        if !n.ready {
-            self.namespaces.remove(ns);
-        }
-        None
-    }
-
-    /// Namespaces whose earliest write is due at `now` join the round-robin.
-    fn promote(&mut self, now: Instant) {
-        while let Some(Reverse((at, epoch, ns))) = self.tops.peek().cloned() {
-            if at > now {
-                return;
-            }
-            self.tops.pop();
-            let current = self
-                .namespaces
-                .get(&ns)
-                .is_some_and(|n| !n.ready && n.epoch == epoch);
-            if !current {
-                continue;
-            }
-            match self.top_of(&ns) {
-                Some(t) if t <= now => {
-                    if let Some(n) = self.namespaces.get_mut(&ns) {
-                        n.ready = true;
-                    }
-                    self.ready.push_back(ns);
-                }
-                Some(t) => self.wait(ns, t),
-                None => {}
-            }
-        }
-    }
-
-    /// A namespace whose earliest write is due at `at` waits for it outside the round-robin.
-    fn wait(&mut self, ns: String, at: Instant) {
-        self.seq += 1;
-        if let Some(n) = self.namespaces.get_mut(&ns) {
-            n.ready = false;
-            n.epoch = self.seq;
-            self.tops.push(Reverse((at, self.seq, ns)));
-        }
-    }
-
-    /// Takes a namespace out of the round-robin: it waits for its next write, or leaves.
-    fn unready(&mut self, ns: String) {
-        if let Some(n) = self.namespaces.get_mut(&ns) {
-            n.ready = false;
-        }
-        if let Some(at) = self.top_of(&ns) {
-            self.wait(ns, at);
-        }
+        self.waiting.schedule(&ns, target, at);
     }
 
     /// Takes an intent: a new pending write due now, or the newer state of one already pending
     /// (which keeps its place, its verb if it is still a create, and its backoff).
     pub fn push(&mut self, now: Instant, intent: Intent) {
         let target = Arc::new(Target::of(&intent));
-        self.seq += 1;
-        let seq = self.seq;
+        self.intents += 1;
+        let seq = self.intents;
         if self.pending.is_empty() {
             self.waiting_since = Some(now);
         }
@@ -246,10 +146,8 @@ impl Queue {
                 verb: first_verb(intent.kind),
                 intent,
                 seq,
-                not_before: now,
                 delays: delays(),
                 in_flight: false,
-                epoch: 0,
             },
         );
         self.schedule(target, now);
@@ -257,51 +155,15 @@ impl Queue {
 
     /// When the next waiting write is due (`None`: none waits).
     pub fn next_due(&mut self) -> Option<Instant> {
-        while let Some(ns) = self.ready.front().cloned() {
-            match self.top_of(&ns) {
-                Some(at) => return Some(at),
-                None => {
-                    self.ready.pop_front();
-                    self.unready(ns);
-                }
-            }
-        }
-        while let Some(Reverse((at, epoch, ns))) = self.tops.peek().cloned() {
-            let current = self
-                .namespaces
-                .get(&ns)
-                .is_some_and(|n| !n.ready && n.epoch == epoch);
-            if current && self.top_of(&ns) == Some(at) {
-                return Some(at);
-            }
-            self.tops.pop();
-            if current && let Some(t) = self.top_of(&ns) {
-                self.wait(ns, t);
-            }
-        }
-        None
+        self.waiting.next_due()
     }
 
     /// Up to `limit` writes due at `now`, marked in flight: one per namespace in turn, each
     /// namespace's earliest first.
     pub fn take_due(&mut self, now: Instant, limit: usize) -> Vec<Job> {
-        self.promote(now);
         let mut jobs = Vec::new();
-        while jobs.len() < limit {
-            let Some(ns) = self.ready.pop_front() else {
-                break;
-            };
-            match self.top_of(&ns) {
-                Some(at) if at <= now => {}
-                _ => {
-                    self.unready(ns);
-                    continue;
-                }
-            }
-            let entry = self.namespaces.get_mut(&ns).and_then(|n| n.due.pop());
-            if let Some(Reverse((_, _, target))) = entry
-                && let Some(p) = self.pending.get_mut(&target)
-            {
+        for target in self.waiting.take_due(now, limit) {
+            if let Some(p) = self.pending.get_mut(&target) {
                 p.in_flight = true;
                 self.in_flight += 1;
                 jobs.push(Job {
@@ -310,10 +172,6 @@ impl Queue {
                     intent: p.intent.clone(),
                     target,
                 });
-            }
-            match self.top_of(&ns) {
-                Some(at) if at <= now => self.ready.push_back(ns),
-                _ => self.unready(ns),
             }
         }
         jobs
@@ -407,11 +265,7 @@ impl Queue {
         let shrink = capacity > 1024 && len * 4 < capacity;
         if shrink {
             self.pending.shrink_to(len * 2);
-            for n in self.namespaces.values_mut() {
-                n.due.shrink_to(n.due.len() * 2);
-            }
-            self.namespaces.shrink_to(self.namespaces.len() * 2);
-            self.tops.shrink_to(self.namespaces.len() * 2);
+            self.waiting.shrink();
         }
         shrink
     }
@@ -602,12 +456,10 @@ mod tests {
         assert_eq!(written, 2_000);
         assert!(q.is_empty());
         assert!(
-            q.namespaces.is_empty(),
+            q.waiting.is_empty(),
             "a namespace with nothing pending leaves"
         );
-        assert!(q.ready.is_empty());
         assert_eq!(q.next_due(), None);
-        assert!(q.tops.is_empty());
     }
 
     /// The intent of pod `pod`'s series in namespace `ns`.

@@ -5,7 +5,7 @@
 use crate::OPERATOR;
 use crate::operator::{count, emit, wait_for};
 use anyhow::{Context, Result, bail};
-use event_series::server::{HEADER_READ_TIMEOUT, MAX_CONNECTIONS};
+use event_series::server::listener::{HEADER_READ_TIMEOUT, MAX_CONNECTIONS};
 use event_series_test_support::cluster::{TestNamespace, client, kubeconfig};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -62,10 +62,10 @@ mod restore;
 mod storage;
 mod timers;
 
-use crate::config::{PolicySet, Settings, SlotIdx};
 use crate::intent::{Intent, SeriesState, Snapshot, WriteKind};
 use crate::key::store::KeyStore;
 use crate::key::{KeyId, Observation, RawId};
+use crate::settings::{PolicySet, Settings, SlotIdx};
 use chrono::{DateTime, TimeDelta, Utc};
 use counting::RawCounts;
 use restore::Recovery;

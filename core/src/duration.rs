@@ -6,7 +6,7 @@
 //! the total far inside its range; the result must then lie between 1 s and 100 years, far from where
 //! clock arithmetic overflows.
 
-use super::settings::SettingsError;
+use crate::settings::SettingsError;
 use chrono::TimeDelta;
 use std::time::Duration;
 
@@ -20,30 +20,52 @@ const MIN: Duration = Duration::from_secs(1);
 const MAX: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 const UNITS: [&str; 7] = ["ns", "us", "µs", "ms", "s", "m", "h"];
 
-/// Parses a duration for `field` (a flag or a CRD field path, named in the error).
-pub fn parse(field: &'static str, value: &str) -> Result<TimeDelta, SettingsError> {
+/// A value that is not a duration in the one syntax, or out of range.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DurationError {
+    #[error("{value:?} is not a duration such as 90s, 6m or 1h ({reason})")]
+    Syntax { value: String, reason: String },
+    #[error("{0:?} is shorter than the minimum of 1s")]
+    TooShort(String),
+    #[error("{0:?} is longer than the maximum of 100 years")]
+    TooLong(String),
+}
+
+/// Parses a duration between 1 s and 100 years (a flag's value: clap names the flag).
+pub fn parse_value(value: &str) -> Result<TimeDelta, DurationError> {
     let text = value.trim();
-    let bad = |reason: &str| SettingsError::BadDuration {
-        field,
+    let bad = |reason: &str| DurationError::Syntax {
         value: value.to_owned(),
         reason: reason.to_owned(),
     };
     check_syntax(text).map_err(bad)?;
-    let d: kube::core::Duration = text.parse().map_err(|e| bad(&format!("{e}")))?;
+    let d: kube_core::Duration = text.parse().map_err(|e| bad(&format!("{e}")))?;
     let d = Duration::from(d);
     if d < MIN {
-        return Err(SettingsError::TooShort {
-            field,
-            value: value.to_owned(),
-        });
+        return Err(DurationError::TooShort(value.to_owned()));
     }
     if d > MAX {
-        return Err(SettingsError::TooLong {
-            field,
-            value: value.to_owned(),
-        });
+        return Err(DurationError::TooLong(value.to_owned()));
     }
     TimeDelta::from_std(d).map_err(|e| bad(&e.to_string()))
+}
+
+/// The same as a `std` duration (never negative).
+pub fn parse_std(value: &str) -> Result<Duration, DurationError> {
+    parse_value(value).map(|d| d.to_std().unwrap_or(MIN))
+}
+
+/// Parses a duration for `field` (a CRD field path, named in the error).
+pub fn parse(field: &'static str, value: &str) -> Result<TimeDelta, SettingsError> {
+    parse_value(value).map_err(|e| match e {
+        DurationError::Syntax { value, reason } => SettingsError::BadDuration {
+            field,
+            value,
+            reason,
+        },
+        DurationError::TooShort(value) => SettingsError::TooShort { field, value },
+        DurationError::TooLong(value) => SettingsError::TooLong { field, value },
+    })
 }
 
 /// `DURATION_PATTERN`, with numbers of at most [`MAX_DIGITS`] digits.

@@ -6,10 +6,10 @@
 
 use super::storage::{Dormant, Micros, Series, micros};
 use super::{Engine, Landing};
-use crate::config::{Settings, SlotIdx};
 use crate::intent::{FinishCause, Intent, SeriesState, Snapshot, WriteKind};
 use crate::key::store::Stored;
 use crate::key::{KeyBuf, KeyId, Observation};
+use crate::settings::{Settings, SlotIdx};
 use chrono::{DateTime, TimeDelta, Utc};
 
 impl Engine {

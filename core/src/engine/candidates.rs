@@ -11,9 +11,9 @@
 use super::counting::Placement;
 use super::storage::{Dormant, Slot, Sources, Tally, record};
 use super::{Engine, Landing, Stats};
-use crate::config::SlotIdx;
 use crate::key::store::KeyStore;
 use crate::key::{KeyId, Observation};
+use crate::settings::SlotIdx;
 use chrono::{DateTime, TimeDelta, Utc};
 
 impl Engine {

@@ -28,6 +28,23 @@ impl SeriesState {
     }
 }
 
+/// A state name that is neither `Ongoing` nor `Finished`.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{0:?} is not a series state: Ongoing or Finished")]
+pub struct UnknownState(String);
+
+/// The label value, in any case (`ongoing`, `FINISHED`): what a user types as well as what is stored.
+impl std::str::FromStr for SeriesState {
+    type Err = UnknownState;
+
+    fn from_str(s: &str) -> Result<SeriesState, UnknownState> {
+        [SeriesState::Ongoing, SeriesState::Finished]
+            .into_iter()
+            .find(|state| state.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| UnknownState(s.to_owned()))
+    }
+}
+
 /// Why a series ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FinishCause {

@@ -103,7 +103,7 @@ impl NormaliseError {
 }
 
 /// An optional API string as `&str`, empty when unset.
-pub(crate) fn or_empty(o: &Option<String>) -> &str {
+pub fn or_empty(o: &Option<String>) -> &str {
     o.as_deref().unwrap_or("")
 }
 
@@ -113,7 +113,7 @@ fn nonempty(o: &Option<String>) -> Option<&str> {
 
 /// Cuts strings to their limits and remembers whether any was cut.
 #[derive(Default)]
-pub(crate) struct Cutter(Cell<bool>);
+pub struct Cutter(Cell<bool>);
 
 impl Cutter {
     pub fn cut<'a>(&self, s: &'a str, max: usize) -> &'a str {

@@ -3,10 +3,10 @@
 //! Also the housekeeping that gives memory back after a burst.
 
 use super::Engine;
-use crate::config::SlotIdx;
 use crate::intent::{MAX_SOURCES, Source};
 use crate::key::store::Stored;
 use crate::key::{KeyId, RawId};
+use crate::settings::SlotIdx;
 use chrono::{DateTime, Utc};
 use schnellru::{LruMap, UnlimitedCompact};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
