@@ -13,6 +13,7 @@
 use crate::config::Settings;
 use crate::config::policy_watch::{PolicyWatch, Update};
 use crate::engine::{Engine, EngineConfig};
+use crate::feed::{Arrival, feed};
 use crate::health::Health;
 use crate::intent::Intent;
 use crate::key::RawId;
@@ -24,7 +25,6 @@ use crate::watch::{Step, raw_events};
 use crate::writer::{Writer, WriterConfig};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Event as CoreEvent;
 use kube::api::Api;
 use kube::{Client, Resource};
 use std::sync::Arc;
@@ -68,17 +68,6 @@ where
 
 fn resource_version(rv: &str) -> Option<u64> {
     rv.parse().ok()
-}
-
-/// Feeds one raw event from the watch to the engine, recording its ingest lag; a raw event that
-/// cannot be read is skipped with a log line and a metric. Returns the time of its latest
-/// occurrence.
-fn feed(engine: &mut Engine, metrics: &Metrics, ev: &CoreEvent) -> Option<DateTime<Utc>> {
-    let obs = metrics.read(ev)?;
-    let now = Utc::now();
-    metrics.ingest_lag(now, obs.last);
-    engine.observe(now, &obs);
-    Some(obs.last)
 }
 
 /// What a step of the watch proves about how current the engine's input is.
@@ -132,9 +121,7 @@ fn on_step(
         Step::Listed(ev) => match restart.as_mut() {
             Some(restart) => restart.buffer(&ev, metrics),
             None => {
-                if let Some(obs) = metrics.read(&ev) {
-                    engine.observe(Utc::now(), &obs);
-                }
+                feed(engine, metrics, &ev, Arrival::Listed);
             }
         },
         Step::ListDone {
@@ -155,7 +142,7 @@ fn on_step(
             }
         }
         Step::Applied(ev) => {
-            if let Some(last) = feed(engine, metrics, &ev) {
+            if let Some(last) = feed(engine, metrics, &ev, Arrival::Watched) {
                 proof = Proof::Occurrence(last);
             }
             if let Some(rv) = ev

@@ -2,8 +2,6 @@
 //! [`crate::engine::Stats`]; the shell copies them here, so the pure core needs no metrics library.
 
 use crate::engine::Stats;
-use crate::key::NormaliseError;
-use k8s_openapi::api::core::v1::Event;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -110,109 +108,13 @@ struct SeenStats {
 }
 
 impl Metrics {
-    /// A registry holding all metrics, and the metrics themselves.
+    /// A registry holding all metrics, and the metrics themselves; every labelled family starts
+    /// with each of its known label values at 0, so that a rate over it has a start.
     pub fn registry(metrics: &std::sync::Arc<Metrics>) -> Registry {
         let mut r = Registry::with_prefix("event_series");
-        r.register(
-            "occurrences",
-            "Occurrences counted from raw events",
-            metrics.occurrences.clone(),
-        );
-        r.register(
-            "series_active",
-            "Series currently Ongoing",
-            metrics.series_active.clone(),
-        );
-        r.register(
-            "series_started",
-            "Series started",
-            metrics.series_started.clone(),
-        );
-        r.register(
-            "series_finished",
-            "Series finished",
-            metrics.series_finished.clone(),
-        );
-        r.register(
-            "api_requests",
-            "Requests to the API server (series writes, Lease reads and writes), by verb and code: \
-             the HTTP status, `timeout` when no answer came within the deadline, `error` when the \
-             connection failed",
-            metrics.api_requests.clone(),
-        );
-        r.register(
-            "watch_restarts",
-            "Raw-event watches re-established from the last resourceVersion",
-            metrics.watch_restarts.clone(),
-        );
-        r.register(
-            "watch_relists",
-            "Full relists of raw events (after 410 Gone)",
-            metrics.watch_relists.clone(),
-        );
-        r.register(
-            "watch_stalls",
-            "Raw-event watches abandoned because nothing, not even a bookmark, arrived for \
-             --watch-timeout plus a margin (then resumed from the last resourceVersion)",
-            metrics.watch_stalls.clone(),
-        );
-        r.register(
-            "leader",
-            "1 on the replica that holds the Lease (and without leader election), 0 on a standby",
-            metrics.leader.clone(),
-        );
-        r.register(
-            "ready",
-            "1 while this replica's /readyz answers 200 (a standby included), else 0; refreshed \
-             every 5 s",
-            metrics.ready.clone(),
-        );
-        r.register(
-            "writes_pending",
-            "Series writes waiting to be made (one per series: newer states replace older ones)",
-            metrics.writes_pending.clone(),
-        );
-        r.register(
-            "bookmarks",
-            "Watch bookmarks received",
-            metrics.bookmarks.clone(),
-        );
-        r.register(
-            "dropped",
-            "Occurrences not counted in any series, by reason: lone (no second occurrence within \
-             seriesWindow), filtered (by a policy's match), stale (older than seriesWindow when it \
-             arrived), or the raw event could not be read (one per event)",
-            metrics.dropped.clone(),
-        );
-        r.register(
-            "series_evicted",
-            "Series given up early (written Finished with their count) because a policy's \
-             maxActiveSeries or maxActiveSeriesPerNamespace was reached, by reason",
-            metrics.series_evicted.clone(),
-        );
-        r.register(
-            "recovery_rejected",
-            "Series objects not adopted at a restart because they failed a check (a copy from \
-             another namespace, an edited or unparsable object), by reason",
-            metrics.recovery_rejected.clone(),
-        );
-        r.register(
-            "fields_truncated",
-            "Raw event observations with a string field cut to its limit (the note to 1,024 bytes)",
-            metrics.truncated.clone(),
-        );
-        r.register(
-            "series_ongoing_longer_than",
-            "Series Ongoing whose loop has lasted (since its first occurrence) longer than \
-             `duration`: 10m, 1h, 6h or 24h; refreshed every 10 s",
-            metrics.ongoing_longer_than.clone(),
-        );
-        r.register(
-            "ingest_lag_seconds",
-            "Time from an occurrence's own timestamp (series.lastObservedTime, eventTime or \
-             lastTimestamp) to the engine observing it from the watch",
-            metrics.ingest_lag.0.clone(),
-        );
+        Self::register_series(&mut r, metrics);
+        Self::register_api(&mut r, metrics);
+        Self::register_replica(&mut r, metrics);
         for reason in DROP_REASONS {
             metrics.dropped(reason, 0);
         }
@@ -223,7 +125,112 @@ impl Metrics {
         for reason in crate::object::DecodeError::REASONS {
             let _ = metrics.recovery_rejected.get_or_create(&label(reason));
         }
+
         r
+    }
+
+    /// What the engine counts: occurrences and the series they make.
+    fn register_series(r: &mut Registry, m: &Metrics) {
+        r.register(
+            "occurrences",
+            "Occurrences counted from raw events",
+            m.occurrences.clone(),
+        );
+        r.register(
+            "series_active",
+            "Series currently Ongoing",
+            m.series_active.clone(),
+        );
+        r.register("series_started", "Series started", m.series_started.clone());
+        r.register(
+            "series_finished",
+            "Series finished",
+            m.series_finished.clone(),
+        );
+        r.register(
+            "dropped",
+            "Occurrences not counted in any series, by reason: lone (no second occurrence within \
+             seriesWindow), filtered (by a policy's match), stale (older than seriesWindow when it \
+             arrived), or the raw event could not be read (one per event)",
+            m.dropped.clone(),
+        );
+        r.register(
+            "series_evicted",
+            "Series given up early (written Finished with their count) because a policy's \
+             maxActiveSeries or maxActiveSeriesPerNamespace was reached, by reason",
+            m.series_evicted.clone(),
+        );
+        r.register(
+            "series_ongoing_longer_than",
+            "Series Ongoing whose loop has lasted (since its first occurrence) longer than \
+             `duration`: 10m, 1h, 6h or 24h; refreshed every 10 s",
+            m.ongoing_longer_than.clone(),
+        );
+        r.register(
+            "fields_truncated",
+            "Raw event observations with a string field cut to its limit (the note to 1,024 bytes)",
+            m.truncated.clone(),
+        );
+    }
+
+    /// The traffic with the API server: writes, the raw-event watch, the restore.
+    fn register_api(r: &mut Registry, m: &Metrics) {
+        r.register(
+            "api_requests",
+            "Requests to the API server (series writes, Lease reads and writes), by verb and code: \
+             the HTTP status, `timeout` when no answer came within the deadline, `error` when the \
+             connection failed",
+            m.api_requests.clone(),
+        );
+        r.register(
+            "writes_pending",
+            "Series writes waiting to be made (one per series: newer states replace older ones)",
+            m.writes_pending.clone(),
+        );
+        r.register(
+            "watch_restarts",
+            "Raw-event watches re-established from the last resourceVersion",
+            m.watch_restarts.clone(),
+        );
+        r.register(
+            "watch_relists",
+            "Full relists of raw events (after 410 Gone)",
+            m.watch_relists.clone(),
+        );
+        r.register(
+            "watch_stalls",
+            "Raw-event watches abandoned because nothing, not even a bookmark, arrived for \
+             --watch-timeout plus a margin (then resumed from the last resourceVersion)",
+            m.watch_stalls.clone(),
+        );
+        r.register("bookmarks", "Watch bookmarks received", m.bookmarks.clone());
+        r.register(
+            "ingest_lag_seconds",
+            "Time from an occurrence's own timestamp (series.lastObservedTime, eventTime or \
+             lastTimestamp) to the engine observing it from the watch",
+            m.ingest_lag.0.clone(),
+        );
+        r.register(
+            "recovery_rejected",
+            "Series objects not adopted at a restart because they failed a check (a copy from \
+             another namespace, an edited or unparsable object), by reason",
+            m.recovery_rejected.clone(),
+        );
+    }
+
+    /// This replica's role and readiness.
+    fn register_replica(r: &mut Registry, m: &Metrics) {
+        r.register(
+            "leader",
+            "1 on the replica that holds the Lease (and without leader election), 0 on a standby",
+            m.leader.clone(),
+        );
+        r.register(
+            "ready",
+            "1 while this replica's /readyz answers 200 (a standby included), else 0; refreshed \
+             every 5 s",
+            m.ready.clone(),
+        );
     }
 
     pub fn request(&self, verb: &str, code: u16) {
@@ -238,30 +245,6 @@ impl Metrics {
                 code: code.to_owned(),
             })
             .inc();
-    }
-
-    /// Reads a raw event ([`crate::key::normalise`]): one with a field cut to its limit is counted,
-    /// one that cannot be read is skipped with a log line and counted as a dropped occurrence.
-    pub fn read<'a>(&self, ev: &'a Event) -> Option<crate::key::Observation<'a>> {
-        match crate::key::normalise(ev) {
-            Ok(obs) => {
-                if obs.truncated {
-                    self.truncated.inc();
-                }
-                Some(obs)
-            }
-            Err(e) => {
-                self.skipped(ev, &e);
-                None
-            }
-        }
-    }
-
-    /// A raw event that cannot be read: logged with its name and counted under its reason.
-    pub fn skipped(&self, ev: &Event, e: &NormaliseError) {
-        tracing::warn!(name = ?ev.metadata.name, namespace = ?ev.metadata.namespace,
-            error = %e, "raw event skipped");
-        self.dropped(e.reason(), 1);
     }
 
     pub fn dropped(&self, reason: &str, n: u64) {

@@ -89,7 +89,7 @@ impl Restart {
     /// Keeps one raw event of the first list for the replay; an event that cannot be read is skipped
     /// with a log line and a metric.
     pub fn buffer(&mut self, ev: &CoreEvent, metrics: &Metrics) {
-        if let Some(obs) = metrics.read(ev) {
+        if let Some(obs) = crate::feed::read(ev, metrics) {
             self.buffer.push(OwnedObservation::new(&obs));
         }
     }

@@ -21,6 +21,7 @@ use crate::key::normalise::{Cutter, to_chrono};
 use crate::key::{KeyBuf, KeyId, SeriesKey};
 use chrono::{DateTime, TimeDelta, Utc};
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// Why a series object was not adopted. It is skipped with a log line and counted in
 /// `event_series_recovery_rejected_total{reason}`; its raw events then start a new series, which is the
@@ -90,15 +91,23 @@ impl Check {
     }
 }
 
-/// Reads and checks one of the operator's own series objects.
-pub fn decode(ev: &Event, check: Check) -> Result<StoredSeries, DecodeError> {
-    let meta = &ev.metadata;
-    let label = |k: &'static str| meta.labels.as_ref().and_then(|l| l.get(k));
-    let annotation = |k: &'static str| meta.annotations.as_ref().and_then(|a| a.get(k));
-    let invalid = |field: &'static str, value: &str| DecodeError::Invalid {
+/// What a series object's annotations say beyond its fields.
+struct Annotations {
+    watermark: u64,
+    sources: Vec<crate::intent::Source>,
+    last_write: Option<DateTime<Utc>>,
+}
+
+fn invalid(field: &'static str, value: &str) -> DecodeError {
+    DecodeError::Invalid {
         field,
         value: crate::key::fields::cut(value, 80).to_owned(),
-    };
+    }
+}
+
+/// The key id and the state the labels claim.
+fn labels(meta: &ObjectMeta) -> Result<(KeyId, SeriesState), DecodeError> {
+    let label = |k: &'static str| meta.labels.as_ref().and_then(|l| l.get(k));
     let id_text = label(KEY_LABEL).ok_or(DecodeError::Missing("label eventseries.dev/key"))?;
     let id: KeyId = id_text
         .parse()
@@ -108,27 +117,11 @@ pub fn decode(ev: &Event, check: Check) -> Result<StoredSeries, DecodeError> {
         Some("Finished") => SeriesState::Finished,
         other => return Err(invalid("label eventseries.dev/state", other.unwrap_or(""))),
     };
-    let name = meta
-        .name
-        .as_deref()
-        .ok_or(DecodeError::Missing("metadata.name"))?;
-    let namespace = meta
-        .namespace
-        .as_deref()
-        .ok_or(DecodeError::Missing("metadata.namespace"))?;
-    let first = ev
-        .event_time
-        .as_ref()
-        .map(|t| to_chrono(t.0))
-        .ok_or(DecodeError::Missing("eventTime"))?;
-    let (count, last) = match &ev.series {
-        Some(s) => (s.count.max(1) as u64, to_chrono(s.last_observed_time.0)),
-        None => (1, first),
-    };
-    let regarding = ev
-        .regarding
-        .as_ref()
-        .ok_or(DecodeError::Missing("regarding"))?;
+    Ok((id, state))
+}
+
+fn annotations(meta: &ObjectMeta) -> Result<Annotations, DecodeError> {
+    let annotation = |k: &'static str| meta.annotations.as_ref().and_then(|a| a.get(k));
     let watermark = match annotation(WATERMARK_ANNOTATION) {
         Some(w) => w
             .parse()
@@ -149,7 +142,24 @@ pub fn decode(ev: &Event, check: Check) -> Result<StoredSeries, DecodeError> {
         ),
         None => None,
     };
-    // The same cuts as normalisation: a forged object's 1 MB note is not kept either.
+    Ok(Annotations {
+        watermark,
+        sources,
+        last_write,
+    })
+}
+
+/// The object's key and note, which must be the key its label names, with no field beyond its
+/// limit: the same cuts as normalisation, so a forged object's 1 MB note is not kept either.
+fn key<'a>(
+    ev: &'a Event,
+    namespace: &'a str,
+    id: KeyId,
+) -> Result<(SeriesKey<&'a str>, &'a str), DecodeError> {
+    let regarding = ev
+        .regarding
+        .as_ref()
+        .ok_or(DecodeError::Missing("regarding"))?;
     let c = Cutter::default();
     let key = SeriesKey {
         namespace: c.cut(namespace, reference::NAMESPACE),
@@ -165,6 +175,32 @@ pub fn decode(ev: &Event, check: Check) -> Result<StoredSeries, DecodeError> {
     if c.any() || (key.id(None) != id && key.id(Some(note)) != id) {
         return Err(DecodeError::KeyMismatch { label: id });
     }
+    Ok((key, note))
+}
+
+/// Reads and checks one of the operator's own series objects.
+pub fn decode(ev: &Event, check: Check) -> Result<StoredSeries, DecodeError> {
+    let meta = &ev.metadata;
+    let (id, state) = labels(meta)?;
+    let name = meta
+        .name
+        .as_deref()
+        .ok_or(DecodeError::Missing("metadata.name"))?;
+    let namespace = meta
+        .namespace
+        .as_deref()
+        .ok_or(DecodeError::Missing("metadata.namespace"))?;
+    let first = ev
+        .event_time
+        .as_ref()
+        .map(|t| to_chrono(t.0))
+        .ok_or(DecodeError::Missing("eventTime"))?;
+    let (count, last) = match &ev.series {
+        Some(s) => (s.count.max(1) as u64, to_chrono(s.last_observed_time.0)),
+        None => (1, first),
+    };
+    let claims = annotations(meta)?;
+    let (key, note) = key(ev, namespace, id)?;
     let derived = object_name(&key, id, first);
     if derived != name {
         return Err(DecodeError::NameMismatch {
@@ -186,15 +222,16 @@ pub fn decode(ev: &Event, check: Check) -> Result<StoredSeries, DecodeError> {
         first,
         last: check.clamp(last).max(first),
         state,
-        watermark,
-        sources: sources
+        watermark: claims.watermark,
+        sources: claims
+            .sources
             .into_iter()
             .map(|mut s| {
                 s.last = s.last.map(|t| check.clamp(t));
                 s
             })
             .collect(),
-        last_write: last_write.map(|t| check.clamp(t)),
+        last_write: claims.last_write.map(|t| check.clamp(t)),
     })
 }
 

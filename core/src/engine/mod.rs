@@ -31,7 +31,8 @@
 //! | Ongoing, heartbeat, Finished; [`Engine::tick`] | `lifecycle` |
 //! | rebuild from stored series objects | `restore` |
 //! | wake-ups | `timers` |
-//! | tables, records, namespaces; [`Engine::housekeep`] | `storage` |
+//! | tables and records; [`Engine::housekeep`] | `storage` |
+//! | namespaces, their labels and slots; [`Engine::namespace_removed`] | `namespaces` |
 //!
 //! # Bounds
 //!
@@ -58,6 +59,7 @@
 mod candidates;
 mod counting;
 mod lifecycle;
+mod namespaces;
 mod restore;
 mod storage;
 mod timers;
@@ -68,9 +70,10 @@ use crate::key::{KeyId, Observation, RawId};
 use crate::settings::{PolicySet, Settings, SlotIdx};
 use chrono::{DateTime, TimeDelta, Utc};
 use counting::RawCounts;
+use namespaces::Namespaces;
 use restore::Recovery;
 use std::collections::BTreeMap;
-use storage::{Micros, Namespaces, Slot, micros};
+use storage::{Micros, Slot, micros};
 use timers::Timers;
 
 /// Where one observation lands: its key, the slot and namespace that govern it, when its latest
@@ -239,49 +242,17 @@ impl Engine {
             .collect()
     }
 
-    /// Feeds one observation of a raw event object.
+    /// Feeds one observation of a raw event object: which key it counts for, how many occurrences
+    /// are new, then where they land (an Ongoing series, a candidate, or nowhere when filtered or
+    /// stale).
     pub fn observe(&mut self, now: DateTime<Utc>, obs: &Observation) {
         if let Some(rv) = obs.resource_version {
             self.pending_watermark = self.pending_watermark.max(rv);
         }
         let (ns, slot_idx) = self.namespace(obs.namespace);
         let settings = self.policies.settings(slot_idx).clone();
-        let id = obs.key.id(settings.include_note.then_some(obs.note));
-        // The id the key would have with `includeNote` the other way round: only needed off the
-        // path of most occurrences (a replay, a raw object this process does not remember).
-        let other = || obs.key.id((!settings.include_note).then_some(obs.note));
-        let (recovery, slot) = (self.recovery.as_ref(), &self.slots[slot_idx]);
-        // Replayed after a restart, an occurrence joins the series its key had before
-        // `includeNote` was switched, as it did in the process that counted it.
-        let id = match recovery {
-            Some(_) if slot.series.peek(ns, &id).is_none() => {
-                let o = other();
-                let restored = slot.series.peek(ns, &o);
-                if restored.is_some_and(|s| s.restored.is_some()) {
-                    o
-                } else {
-                    id
-                }
-            }
-            _ => id,
-        };
-        // A raw object this process does not remember (new, forgotten by the bounded table, or
-        // first read after a restart) is measured against what was already counted from it: under
-        // its key, or under the key it had before `includeNote` was switched.
-        let baseline = || {
-            let restored = recovery.map_or((0, None), |r| r.baseline(id, obs));
-            let noted = [id, other()]
-                .iter()
-                .filter_map(|k| slot.recorded(ns, k, obs.raw))
-                .max()
-                .map_or((0, None), |(c, last)| (c.min(obs.count), Some(last)));
-            if noted.0 > restored.0 {
-                noted
-            } else {
-                restored
-            }
-        };
-        let d = self.raw.delta(obs, baseline, &mut self.stats);
+        let id = self.key_of(ns, slot_idx, settings.include_note, obs);
+        let d = self.new_occurrences(ns, slot_idx, id, settings.include_note, obs);
         if d.added == 0 {
             return;
         }
@@ -296,22 +267,19 @@ impl Engine {
         }
         // Compared as microseconds: this is the path of every occurrence.
         let (t, seen, shift) = self.timing(now, obs.last);
+        let window = settings.series_window.num_microseconds();
         let at = Landing {
             id,
             slot: slot_idx,
             ns,
             t,
             seen,
-            window: settings
-                .series_window
-                .num_microseconds()
-                .unwrap_or(i64::MAX),
+            window: window.unwrap_or(i64::MAX),
         };
         if self.extend_series(now, &at, obs, d.added) {
             return;
         }
-        let reference = self.clock.map_or(micros(now), |c| c.min(micros(now)));
-        if at.seen < reference.saturating_sub(at.window) {
+        if self.is_stale(now, &at) {
             self.stats.dropped_stale += d.added;
             self.remember(&at, obs);
             return;
@@ -322,6 +290,58 @@ impl Engine {
         if self.add_to_candidate(&at, obs, &placed) >= 2 {
             self.promote(now, slot_idx, id, at.ns, &settings);
         }
+    }
+
+    /// The key an observation counts for. Replayed after a restart, an occurrence joins the series
+    /// its key had before `includeNote` was switched, as it did in the process that counted it.
+    fn key_of(&self, ns: u32, slot: SlotIdx, include_note: bool, obs: &Observation) -> KeyId {
+        let id = obs.key.id(include_note.then_some(obs.note));
+        let series = &self.slots[slot].series;
+        if self.recovery.is_none() || series.peek(ns, &id).is_some() {
+            return id;
+        }
+        let other = obs.key.id((!include_note).then_some(obs.note));
+        match series.peek(ns, &other) {
+            Some(s) if s.restored.is_some() => other,
+            _ => id,
+        }
+    }
+
+    /// The occurrences of the raw object not counted before. A raw object this process does not
+    /// remember (new, forgotten by the bounded table, or first read after a restart) is measured
+    /// against what was already counted from it: under its key, under the key it had before
+    /// `includeNote` was switched, or in the series objects a restart read.
+    fn new_occurrences(
+        &mut self,
+        ns: u32,
+        slot: SlotIdx,
+        id: KeyId,
+        include_note: bool,
+        obs: &Observation,
+    ) -> counting::Delta {
+        let (recovery, slot) = (self.recovery.as_ref(), &self.slots[slot]);
+        let baseline = || {
+            let other = obs.key.id((!include_note).then_some(obs.note));
+            let restored = recovery.map_or((0, None), |r| r.baseline(id, obs));
+            let noted = [id, other]
+                .iter()
+                .filter_map(|k| slot.recorded(ns, k, obs.raw))
+                .max()
+                .map_or((0, None), |(c, last)| (c.min(obs.count), Some(last)));
+            if noted.0 > restored.0 {
+                noted
+            } else {
+                restored
+            }
+        };
+        self.raw.delta(obs, baseline, &mut self.stats)
+    }
+
+    /// Whether an occurrence that extends no series came too late to start one: seen more than a
+    /// window before the lifecycle clock (or `now`, before the first tick).
+    fn is_stale(&self, now: DateTime<Utc>, at: &Landing) -> bool {
+        let reference = self.clock.map_or(micros(now), |c| c.min(micros(now)));
+        at.seen < reference.saturating_sub(at.window)
     }
 
     /// When an occurrence whose latest timestamp is `last`, arriving at `now`, happened (`t`, on
