@@ -36,10 +36,26 @@ cluster-down:
 image:
     bash hack/image.sh
 
-# Format check and clippy with warnings as errors, over the workspace (the operator and test-support/).
+# Format check, clippy and rustdoc with warnings as errors over the workspace (the operator, core/, test-support/); the core's purity; file and function sizes.
 lint:
     cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings
+    RUSTDOCFLAGS="-D warnings -A rustdoc::private_intra_doc_links" cargo doc --workspace --no-deps --document-private-items --quiet
+    bash hack/check-core.sh
+    python3 hack/sizes.py --check src core/src
+
+# Every suite that needs no cluster (no Go build, no apiserver, no helm): the inner loop. The rest, on the real apiserver and node, is in `just test`.
+unit:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    unit=(engine properties restart tenants mapping crashloop cli reading)
+    cluster=(e2e faults node manifests)
+    # A new suite must be put in one list or the other.
+    for f in tests/*.rs tests/*/main.rs; do
+      name="$(basename "${f%/main.rs}" .rs)"
+      [[ " ${unit[*]} ${cluster[*]} " == *" $name "* ]] || { echo "unit: tests/$name is in neither list of the justfile's unit recipe" >&2; exit 1; }
+    done
+    cargo test --workspace --lib --bins "${unit[@]/#/--test=}"
 
 # Regenerate crds/ (and the chart's copy) from the Rust types (a test fails when they differ).
 crds:

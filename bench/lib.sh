@@ -3,6 +3,9 @@
 # root). Every benchmark runs against its own private, real kube-apiserver + etcd started by
 # hack/cluster-up.sh in target/envtest-bench-<name>, and stops it (and only what it started) at exit.
 
+# shellcheck source-path=SCRIPTDIR source=../hack/common.sh
+. "$ROOT/hack/common.sh"
+
 BIN="$ROOT/target/envtest/bin"
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
 case "$TARGET" in /*) ;; *) TARGET="$ROOT/$TARGET" ;; esac
@@ -23,10 +26,6 @@ machine_json() {
   model="$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
   printf '{"date":"%s","nproc":%s,"cpu":"%s","mem_gib":%s,"loadavg":"%s","kernel":"%s"}' \
     "$(date -u +%FT%TZ)" "$(nproc)" "$model" "$(free -g | awk '/^Mem:/ { print $2 }')" "$load" "$(uname -r)"
-}
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
 # cluster_start NAME [KEY=VALUE...]: a fresh apiserver in target/envtest-bench-NAME (extra env for
@@ -73,8 +72,7 @@ api_writes() {
 operator_start() {
   local logfile="$1" port health
   shift
-  port="$(free_port)"
-  health="$(free_port)"
+  read -r port health <<<"$(free_ports 2)"
   OP_URL="http://127.0.0.1:$port"
   OP_HEALTH="http://127.0.0.1:$health"
   KUBECONFIG="$KUBECONFIG_FILE" NO_COLOR=1 "$OPERATOR" run --metrics-addr "127.0.0.1:$port" \

@@ -5,6 +5,9 @@
 # when it is missing or older than go.mod, go.sum, its own cmd/<name> sources or
 # this script (which holds the build flags), so a second run takes milliseconds.
 #
+# Where KUBEBUILDER_ASSETS names a directory with kube-apiserver, etcd and kubectl (setup-envtest's
+# binaries, for someone who has them already), those are copied instead of built; the rest is built.
+#
 # Usage: hack/build-envtest.sh [--force] [name...]   (default: the first four; "node" adds the node four)
 set -euo pipefail
 
@@ -46,8 +49,21 @@ stale() {
 exec 9>"$BIN/.build.lock"
 flock 9
 
+# from_assets NAME -> 0 when NAME was taken from KUBEBUILDER_ASSETS (a copy, not a link: the
+# cluster scripts recognise their servers by the path of their executable).
+from_assets() {
+  local src="${KUBEBUILDER_ASSETS:-}/$1"
+  case "$1" in kube-apiserver | etcd | kubectl) ;; *) return 1 ;; esac
+  [ -n "${KUBEBUILDER_ASSETS:-}" ] && [ -x "$src" ] || return 1
+  if ! cmp -s "$src" "$BIN/$1"; then
+    cp "$src" "$BIN/$1.tmp" && mv "$BIN/$1.tmp" "$BIN/$1"
+    echo "build-envtest: $1 from KUBEBUILDER_ASSETS ($src)" >&2
+  fi
+}
+
 todo=()
 for n in "${names[@]}"; do
+  if from_assets "$n"; then continue; fi
   [ -d "$MOD/cmd/$n" ] || { echo "build-envtest: unknown binary $n (have: ${ALL[*]} ${NODE[*]})" >&2; exit 2; }
   if stale "$n"; then todo+=("$n"); fi
 done

@@ -4,8 +4,8 @@
 # with containerd and CNI, all from the same Kubernetes release (tests/envtest), and the node
 # images (pause, event-series) imported into the node's containerd.
 #
-# Needs Linux, root, and containerd, runc, iptables, conntrack and the CNI plugins
-# (Debian: containerd runc iptables conntrack containernetworking-plugins; .ci/run installs them).
+# Needs Linux, root, and the tools of NODE_PREREQS in hack/common.sh (containerd, runc, iptables,
+# conntrack, iproute2, buildah, the CNI plugins; .ci/run installs them).
 # Everything the node uses is on this machine:
 #   - the bridge $NODE_BRIDGE with $NODE_IP/24 (pods get 10.244.0.2-254 on it, no masquerade);
 #   - the apiserver binds and advertises $NODE_IP only; pods reach it as the "kubernetes"
@@ -39,17 +39,8 @@ fail() {
 }
 
 # --- can this machine run a node? ---
-[ "$(uname -s)" = Linux ] || fail "a node needs Linux"
-[ "$(id -u)" = 0 ] || fail "a node needs root (containerd, the kubelet and CNI change mounts, network and cgroups)"
-missing=()
-for t in containerd containerd-shim-runc-v2 runc iptables ip6tables conntrack ip; do
-  command -v "$t" >/dev/null 2>&1 || missing+=("$t")
-done
-for p in bridge host-local loopback; do
-  [ -x "$CNI_BIN/$p" ] || missing+=("$CNI_BIN/$p")
-done
-[ ${#missing[@]} -eq 0 ] || fail "missing: ${missing[*]} (Debian: apt-get install containerd runc iptables conntrack containernetworking-plugins)"
-[ -d /sys/fs/cgroup/cpu ] || [ -f /sys/fs/cgroup/cgroup.controllers ] || fail "no cgroup hierarchy under /sys/fs/cgroup"
+unfit="$(node_unfit)"
+[ -z "$unfit" ] || fail "$unfit"
 
 "$ROOT/hack/build-envtest.sh" node
 
@@ -104,28 +95,10 @@ keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
 subjectAltName=IP:$NODE_IP,DNS:$NODE_NAME"
 
-# kubeconfig NAME: $N/NAME.kubeconfig with NAME's client certificate.
-kubeconfig() {
-  cat >"$N/$1.kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: envtest
-  cluster:
-    server: $APISERVER_URL
-    certificate-authority: $CERTS/ca.crt
-users:
-- name: $1
-  user:
-    client-certificate: $CERTS/$1.crt
-    client-key: $CERTS/$1.key
-contexts:
-- name: envtest
-  context: {cluster: envtest, user: $1}
-current-context: envtest
-EOF
-}
-for c in scheduler controller-manager kube-proxy kubelet; do kubeconfig "$c"; done
+# Each component's kubeconfig, with its own client certificate.
+for c in scheduler controller-manager kube-proxy kubelet; do
+  write_kubeconfig "$N/$c.kubeconfig" "$APISERVER_URL" "$CERTS/ca.crt" "$c" cert "$CERTS/$c.crt" "$CERTS/$c.key"
+done
 
 # start NAME LOG PROGRAM ARGS...: in the background, outliving this script, pid in $DIR/NAME.pid.
 start() {

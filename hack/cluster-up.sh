@@ -87,31 +87,6 @@ if ! [ -s "$CERTS/ca.crt" ] || ! [ -s "$CERTS/sa.pub" ] || ! [ -s "$CERTS/admin.
   gen_certs
 fi
 
-# --- ports ---
-# Prints N distinct free TCP ports on 127.0.0.1 (all held at once while choosing).
-free_ports() {
-  if command -v python3 >/dev/null 2>&1; then
-    python3 - "$1" <<'PY'
-import socket, sys
-socks = []
-for _ in range(int(sys.argv[1])):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    socks.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-PY
-  else
-    local out=() p
-    while [ ${#out[@]} -lt "$1" ]; do
-      p=$((20000 + RANDOM % 30000))
-      if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && [[ " ${out[*]} " != *" $p "* ]]; then
-        out+=("$p")
-      fi
-    done
-    echo "${out[*]}"
-  fi
-}
-
 fail() {
   echo "cluster-up: $1" >&2
   if [ -n "${2:-}" ] && [ -f "$2" ]; then
@@ -225,28 +200,8 @@ AUDIT
   echo $! >"$DIR/apiserver.pid"
 
   # The kubeconfig embeds the certificates, so it can be copied anywhere.
-  b64() { base64 -w0 <"$1"; }
-  cat >"$DIR/kubeconfig.tmp" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: envtest
-  cluster:
-    server: https://$ADDRESS:$API_PORT
-    certificate-authority-data: $(b64 "$CERTS/ca.crt")
-users:
-- name: envtest-admin
-  user:
-    client-certificate-data: $(b64 "$CERTS/admin.crt")
-    client-key-data: $(b64 "$CERTS/admin.key")
-contexts:
-- name: envtest
-  context:
-    cluster: envtest
-    user: envtest-admin
-current-context: envtest
-EOF
-  mv "$DIR/kubeconfig.tmp" "$DIR/kubeconfig"
+  write_kubeconfig "$DIR/kubeconfig" "https://$ADDRESS:$API_PORT" "$CERTS/ca.crt" envtest-admin \
+    cert "$CERTS/admin.crt" "$CERTS/admin.key"
   cat >"$DIR/cluster.env" <<EOF
 KUBECONFIG=$DIR/kubeconfig
 APISERVER_URL=https://$ADDRESS:$API_PORT

@@ -49,8 +49,7 @@ trap 'exit 143' TERM
 step "Building the Kubernetes binaries (node included) and the operator's image (about 15 min the first time)"
 bash hack/build-envtest.sh node
 bash hack/image.sh
-cargo build --release --quiet --bin event-series
-OPERATOR="${CARGO_TARGET_DIR:-$ROOT/target}/release/event-series"
+demo_operator
 
 step "Starting a one-node cluster in ${DIR#"$ROOT"/} (apiserver, etcd, scheduler, controller-manager, kube-proxy, kubelet + containerd)"
 cluster_started=1
@@ -89,33 +88,17 @@ Meanwhile, in another terminal:
   ${OPERATOR#"$ROOT"/} get -A --watch
 EOF
 
-last_shown='' storm_done=0 finished_note=0
-while :; do
-  elapsed=$((SECONDS - storm_start))
-  if [ "$storm_done" = 0 ] && [ "$elapsed" -ge "$STORM_SECONDS" ]; then
+demo_round() {
+  if [ "$storm_done" = 0 ] && [ "$1" -ge "$STORM_SECONDS" ]; then
     storm_done=1
     k -n "$NS" delete pod crash-1 crash-2 crash-3 --wait=false >/dev/null
-    note "storm over after ${elapsed}s: the crash-looping Pods are deleted"
+    note "storm over after ${1}s: the crash-looping Pods are deleted"
   fi
-  demo_look "$NS"
-  final=0
-  if [ -n "$DEMO_SECONDS" ] && [ "$elapsed" -ge "$DEMO_SECONDS" ]; then final=1; fi
-  if [ "$shown" != "$last_shown" ] || [ "$final" = 1 ]; then
-    last_shown="$shown"
-    demo_header "$elapsed" "$storm_done"
-    k -n event-series-system get pods 2>&1 || true
-    k get events -n "$NS" --field-selector reason=BackOff -L eventseries.dev/state \
-      --sort-by=.metadata.creationTimestamp 2>&1 || true
-    demo_series "$NS"
-  fi
-  if [ "$storm_done" = 1 ] && [ "$ongoing" = 0 ] && [ "$finished" -gt 0 ] && [ "$finished_note" = 0 ]; then
-    finished_note=1
-    printf '\n%sEvery loop is Finished: %s series, one object each.%s\n' "$G" "$finished" "$N"
-    if [ -z "$DEMO_SECONDS" ]; then note "Ctrl-C stops the demo."; fi
-  fi
-  if [ "$final" = 1 ]; then
-    note "DEMO_SECONDS=$DEMO_SECONDS reached"
-    break
-  fi
-  sleep "$INTERVAL"
-done
+}
+demo_show() {
+  k -n event-series-system get pods 2>&1 || true
+  k get events -n "$1" --field-selector reason=BackOff -L eventseries.dev/state \
+    --sort-by=.metadata.creationTimestamp 2>&1 || true
+  demo_series "$1"
+}
+demo_watch "$NS"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `just demo`: event-series end to end on a local, real kube-apiserver, in one command. Where the
-# machine can run a node (Linux, root, containerd, runc, iptables, conntrack, buildah, the CNI
-# plugins) it runs hack/demo-node.sh instead: the operator as Pods, a real kubelet crash loop.
+# machine can run a node (Linux, root, the tools of NODE_PREREQS in hack/common.sh) it runs
+# hack/demo-node.sh instead: the operator as Pods, a real kubelet crash loop.
 # Here, without a node:
 #
 #   1. builds what is missing: kube-apiserver, etcd, kubectl and the client-go emitter (about 10 minutes
@@ -40,17 +40,13 @@ if [ -n "$DEMO_SECONDS" ] && ! [[ "$DEMO_SECONDS" =~ ^[0-9]+$ ]]; then
   exit 2
 fi
 
+# shellcheck source-path=SCRIPTDIR source=common.sh
+. "$ROOT/hack/common.sh"
 # A real node where the machine allows it (hack/demo-node.sh); DEMO_NODE=0 keeps to the bare apiserver.
-node_missing=''
 if [ "${DEMO_NODE:-1}" = 0 ]; then
   node_missing="DEMO_NODE=0"
-elif [ "$(uname -s)" != Linux ] || [ "$(id -u)" != 0 ]; then
-  node_missing="a node needs Linux and root"
 else
-  for t in containerd runc iptables conntrack buildah /usr/lib/cni/bridge; do
-    command -v "$t" >/dev/null 2>&1 || [ -x "$t" ] || node_missing="${node_missing:+$node_missing, }$t"
-  done
-  [ -z "$node_missing" ] || node_missing="missing: $node_missing"
+  node_missing="$(node_unfit)"
 fi
 if [ -z "$node_missing" ]; then
   exec bash "$ROOT/hack/demo-node.sh"
@@ -93,11 +89,7 @@ done
 step "Building kube-apiserver, etcd, kubectl and the client-go emitter (about 10 min the first time)"
 bash hack/build-envtest.sh
 step "Building the operator (cargo build --release; a few minutes the first time)"
-cargo build --release --quiet --bin event-series
-target_dir="${CARGO_TARGET_DIR:-target}"
-case "$target_dir" in /*) ;; *) target_dir="$ROOT/$target_dir" ;; esac
-OPERATOR="$target_dir/release/event-series"
-[ -x "$OPERATOR" ] || die "no operator binary at $OPERATOR"
+demo_operator
 
 # --- 2. cluster and install ---
 step "Starting a local kube-apiserver + etcd in ${DIR#"$ROOT"/}"
@@ -120,35 +112,9 @@ demo_policy "$NS" 20s 20s 15s
 step "Running the operator as ServiceAccount event-series-system/event-series"
 token="$(k create token event-series -n event-series-system --duration=24h)"
 SA_KUBECONFIG="$DIR/kubeconfig-event-series"
-(
-  umask 077
-  cat >"$SA_KUBECONFIG" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: demo
-  cluster:
-    server: $APISERVER_URL
-    certificate-authority-data: $(base64 -w0 <"$DIR/certs/ca.crt")
-users:
-- name: event-series
-  user:
-    token: $token
-contexts:
-- name: demo
-  context:
-    cluster: demo
-    user: event-series
-    namespace: event-series-system
-current-context: demo
-EOF
-)
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
-    echo $((20000 + RANDOM % 30000))
-}
-metrics_port="$(free_port)"
-health_port="$(free_port)"
+write_kubeconfig "$SA_KUBECONFIG" "$APISERVER_URL" "$DIR/certs/ca.crt" event-series token "$token" \
+  namespace event-series-system
+read -r metrics_port health_port <<<"$(free_ports 2)"
 KUBECONFIG="$SA_KUBECONFIG" NO_COLOR=1 "$OPERATOR" run \
   --leader-elect --lease-namespace event-series-system --instance demo-local \
   --metrics-addr "127.0.0.1:$metrics_port" --metrics-secure=false --health-addr "127.0.0.1:$health_port" \
@@ -205,9 +171,7 @@ Meanwhile, in another terminal:
 EOF
 
 # --- 5. watch ---
-last_shown='' storm_done=0 finished_note=0
-while :; do
-  elapsed=$((SECONDS - storm_start))
+demo_round() {
   operator_alive || operator_failed "the operator exited"
   if [ "$storm_done" = 0 ] && ! kill -0 "$emitter_pid" 2>/dev/null; then
     wait "$emitter_pid" || note "the emitter failed, see ${DIR#"$ROOT"/}/emitter.log"
@@ -215,29 +179,12 @@ while :; do
     storm_done=1
     if [ -s "$DIR/emitter.json" ]; then
       total="$(awk -F'[:,]' '/"api_count"/ { s += $2 } END { print s + 0 }' "$DIR/emitter.json")"
-      note "storm over after ${elapsed}s: the recorder wrote $total occurrences to the API"
+      note "storm over after ${1}s: the recorder wrote $total occurrences to the API"
     fi
   fi
-  demo_look "$NS"
-  series_total="$(k get events -n "$NS" -l app.kubernetes.io/managed-by=event-series \
-    -o jsonpath='{range .items[*]}{.series.count}{"\n"}{end}' 2>/dev/null | awk '{ s += $1 } END { print s + 0 }')"
-  final=0
-  if [ -n "$DEMO_SECONDS" ] && [ "$elapsed" -ge "$DEMO_SECONDS" ]; then final=1; fi
-  if [ "$shown" != "$last_shown" ] || [ "$final" = 1 ]; then
-    last_shown="$shown"
-    demo_header "$elapsed" "$storm_done"
-    k get events -n "$NS" -o wide -L eventseries.dev/state --sort-by=.metadata.creationTimestamp 2>&1 || true
-    demo_series "$NS"
-  fi
-  if [ "$storm_done" = 1 ] && [ "$ongoing" = 0 ] && [ "$finished" -gt 0 ] && [ "$finished_note" = 0 ]; then
-    finished_note=1
-    printf '\n%sEvery loop is Finished: %s series, one object each, %s occurrences in all.%s\n' \
-      "$G" "$finished" "$series_total" "$N"
-    if [ -z "$DEMO_SECONDS" ]; then note "Ctrl-C stops the demo."; fi
-  fi
-  if [ "$final" = 1 ]; then
-    note "DEMO_SECONDS=$DEMO_SECONDS reached"
-    break
-  fi
-  sleep "$INTERVAL"
-done
+}
+demo_show() {
+  k get events -n "$1" -o wide -L eventseries.dev/state --sort-by=.metadata.creationTimestamp 2>&1 || true
+  demo_series "$1"
+}
+demo_watch "$NS"

@@ -1,6 +1,10 @@
 # shellcheck shell=bash
-# Shared by hack/cluster-up.sh and hack/cluster-down.sh (sourced, not run).
-# Expects ROOT (the repository root). Defines BIN, DIR and helpers.
+# Shared by hack/cluster-up.sh, hack/cluster-up-node.sh and hack/cluster-down.sh (sourced, not run):
+# one cluster's directory, its processes, its node. Expects ROOT (the repository root). Defines BIN,
+# DIR and helpers; brings in hack/common.sh.
+
+# shellcheck source-path=SCRIPTDIR source=common.sh
+. "$ROOT/hack/common.sh"
 
 BIN="$ROOT/target/envtest/bin"
 # The node cluster's address on this machine: the gateway of the pod bridge that

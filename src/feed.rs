@@ -1,4 +1,4 @@
-//! Raw Events into the engine: each is read as an observation ([`key::normalise`], where all
+//! Raw Events into the engine: each is read as an observation ([`key::normalise()`], where all
 //! parsing lives), what reading cut or refused is counted, and the observation is fed to the engine.
 //!
 //! The controller feeds watched and listed events alike; the only difference is the ingest-lag

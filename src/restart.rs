@@ -2,7 +2,7 @@
 //! what the API server holds, so that final counts equal those of a run that never stopped.
 //!
 //! 1. [`Restart::run`]: list the operator's own series objects (Ongoing and Finished, paginated),
-//!    decode each as a claim ([`crate::object::decode`]) and restore it into the engine. Meanwhile the
+//!    decode each as a claim ([`crate::object::decode()`]) and restore it into the engine. Meanwhile the
 //!    first list of raw events is fetched; each raw event is kept as a compact [`OwnedObservation`]
 //!    ([`Restart::buffer`]) rather than fed at once, because a list comes in name order and because
 //!    the engine must know every stored series before it counts a raw event.
@@ -126,7 +126,7 @@ impl Restart {
 }
 
 /// Restores every series object the operator wrote (Ongoing and Finished), page by page. Each is a
-/// claim checked by [`object::decode`]; one that fails is skipped with a log line and counted in
+/// claim checked by [`object::decode()`]; one that fails is skipped with a log line and counted in
 /// `event_series_recovery_rejected_total{reason}`.
 async fn restore_own_series(
     api: &Api<Event>,

@@ -1,5 +1,5 @@
 //! The knobs of an EventSeriesPolicy as plain engine parameters, and how several policies resolve to
-//! the settings of one namespace. Pure data: [`super::resolve`] converts the CRD types into these.
+//! the settings of one namespace. Pure data: the operator crate's `config::resolve` converts the CRD types into these.
 
 use chrono::TimeDelta;
 use std::collections::BTreeMap;

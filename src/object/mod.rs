@@ -2,7 +2,7 @@
 //!
 //! Everything about how a series is stored lives here: the object's name, its labels and annotations,
 //! how a [`Snapshot`] becomes an object the API accepts ([`encode`], with the field rules of
-//! [`fields`]), and how an object is read back after a restart ([`decode`]).
+//! [`crate::key::fields`]), and how an object is read back after a restart ([`decode()`]).
 //!
 //! What a series object carries for an exact rebuild:
 //! - label `app.kubernetes.io/managed-by=event-series`, which keeps it out of the raw-event watch;

@@ -103,7 +103,7 @@ pub(super) fn record(sources: &mut Sources, raw: RawId, count: u64, t: Micros) {
 pub(super) struct Tally {
     /// The key and the note of the first occurrence, in [`Engine::keys`].
     pub key: Stored,
-    /// Index into [`Namespaces`].
+    /// Index into [`super::namespaces::Namespaces`].
     pub ns: u32,
     pub count: u64,
     /// The first and latest occurrence by the emitter's timestamps (what the object shows, and how

@@ -1,7 +1,7 @@
 //! The isomorphic key of SPEC "Grouping": the fields two occurrences must share to belong to one
 //! series, and its 128-bit id.
 //!
-//! - [`normalise`]: a raw core/v1 Event (legacy or new style) read as an [`Observation`] that borrows
+//! - [`normalise()`]: a raw core/v1 Event (legacy or new style) read as an [`Observation`] that borrows
 //!   from it; nothing is allocated on the path of an occurrence.
 //! - [`packed`]: an owned key and note in one allocation, for what lives longer than the event.
 //! - [`store`]: where the engine keeps the packed keys of its series and candidates.

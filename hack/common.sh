@@ -1,0 +1,132 @@
+# shellcheck shell=bash
+# The pieces every script of hack/ and bench/ shares (sourced, not run): free ports, a kubeconfig, and
+# what a machine needs to run a real node. No state, no side effects when sourced.
+
+# free_ports N: N distinct free TCP ports on 127.0.0.1, held all at once while choosing. A port picked
+# here can still be taken before a server binds it: callers retry a start that fails at once.
+free_ports() {
+  if command -v python3 >/dev/null 2>&1; then
+    python3 - "$1" <<'PY'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+PY
+  else
+    local out=() p
+    while [ ${#out[@]} -lt "$1" ]; do
+      p=$((20000 + RANDOM % 30000))
+      if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && [[ " ${out[*]} " != *" $p "* ]]; then
+        out+=("$p")
+      fi
+    done
+    echo "${out[*]}"
+  fi
+}
+
+# write_kubeconfig FILE SERVER CA USER CREDENTIAL... [namespace NS]: a kubeconfig for one user that
+# embeds every file it names, so that it can be copied anywhere (mode 600). CREDENTIAL is
+# `cert CRT KEY` (a client certificate) or `token TOKEN`.
+write_kubeconfig() {
+  local file="$1" server="$2" ca="$3" user="$4" kind="$5" credential namespace=''
+  shift 5
+  case "$kind" in
+    cert)
+      credential="    client-certificate-data: $(base64 -w0 <"$1")
+    client-key-data: $(base64 -w0 <"$2")"
+      shift 2
+      ;;
+    token)
+      credential="    token: $1"
+      shift
+      ;;
+    *)
+      echo "write_kubeconfig: unknown credential $kind" >&2
+      return 2
+      ;;
+  esac
+  if [ "${1:-}" = namespace ]; then namespace="
+    namespace: $2"; fi
+  (
+    umask 077
+    cat >"$file.tmp" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: envtest
+  cluster:
+    server: $server
+    certificate-authority-data: $(base64 -w0 <"$ca")
+users:
+- name: $user
+  user:
+$credential
+contexts:
+- name: envtest
+  context:
+    cluster: envtest
+    user: $user$namespace
+current-context: envtest
+EOF
+  )
+  mv "$file.tmp" "$file"
+}
+
+# What a real node needs (hack/cluster-up-node.sh, the node demo, the node tests, .ci/run), one entry
+# a line: a command (or an absolute path) and the Debian package that brings it.
+NODE_PREREQS=(
+  containerd:containerd
+  containerd-shim-runc-v2:containerd
+  runc:runc
+  iptables:iptables
+  ip6tables:iptables
+  conntrack:conntrack
+  ip:iproute2
+  buildah:buildah
+  /usr/lib/cni/bridge:containernetworking-plugins
+  /usr/lib/cni/host-local:containernetworking-plugins
+  /usr/lib/cni/loopback:containernetworking-plugins
+)
+
+# node_missing: prints the entries of NODE_PREREQS this machine lacks (command or path), one a line.
+node_missing() {
+  local entry tool
+  for entry in "${NODE_PREREQS[@]}"; do
+    tool="${entry%%:*}"
+    if [ "${tool:0:1}" = / ]; then
+      [ -x "$tool" ] || echo "$tool"
+    else
+      command -v "$tool" >/dev/null 2>&1 || echo "$tool"
+    fi
+  done
+}
+
+# node_packages: the Debian packages that bring what node_missing prints (each once).
+node_packages() {
+  local missing entry
+  missing=" $(node_missing | tr '\n' ' ') "
+  for entry in "${NODE_PREREQS[@]}"; do
+    [[ "$missing" == *" ${entry%%:*} "* ]] && echo "${entry#*:}"
+  done | sort -u
+}
+
+# node_unfit: why this machine cannot run a node (one line), or nothing when it can.
+node_unfit() {
+  local missing
+  if [ "$(uname -s)" != Linux ]; then echo "a node needs Linux"; return; fi
+  if [ "$(id -u)" != 0 ]; then
+    echo "a node needs root (containerd, the kubelet and CNI change mounts, network and cgroups)"
+    return
+  fi
+  missing="$(node_missing | tr '\n' ' ')"
+  if [ -n "$missing" ]; then
+    echo "missing: ${missing% } (Debian: apt-get install $(node_packages | xargs))"
+    return
+  fi
+  if ! [ -d /sys/fs/cgroup/cpu ] && ! [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+    echo "no cgroup hierarchy under /sys/fs/cgroup"
+  fi
+}
