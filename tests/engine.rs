@@ -592,7 +592,7 @@ fn tables_give_back_a_burst_of_candidates() {
     assert_eq!(engine.active(now).len(), 50);
 }
 
-/// Issue #13: occurrences held up in a silent connection arrive late, after the shell has held the
+/// Silent networks: occurrences held up in a silent connection arrive late, after the shell has held the
 /// lifecycle clock at the last moment its input was known complete. They join their loop's series
 /// (an ongoing one, or one that started during the silence), neither counted stale against their
 /// arrival time nor finding the series already finished.

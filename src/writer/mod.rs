@@ -386,7 +386,7 @@ mod tests {
         engine.take_intents()
     }
 
-    /// Issue #13 review: with its queue full and every write failing (nothing listens on the
+    /// With its queue full and every write failing (nothing listens on the
     /// address), the writer takes no intents, yet a stop ends it within the drain time.
     #[tokio::test]
     async fn a_full_queue_still_hears_the_stop_and_drains_within_its_time() {

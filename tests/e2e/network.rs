@@ -107,7 +107,7 @@ fn logged_at(op: &Operator, needle: &str) -> Option<DateTime<Utc>> {
         .and_then(|t| t.parse().ok())
 }
 
-/// Issue #13, test 1. A connection frozen mid-loop (no FIN, no RST): the watch on it is found
+/// Silent networks (docs/FAULTS.md): A connection frozen mid-loop (no FIN, no RST): the watch on it is found
 /// silent after `--watch-timeout` plus the margin and resumed from its last resourceVersion, so a
 /// loop that starts after the freeze gets its series soon after; no occurrence is lost or doubled.
 #[tokio::test]
@@ -174,7 +174,7 @@ async fn holder(api: &Api<Lease>) -> Option<(String, Option<DateTime<Utc>>)> {
     Some((holder, acquired))
 }
 
-/// Issue #13, test 2. Two replicas; every connection of the leader freezes (a cut-off node) for
+/// Silent networks (docs/FAULTS.md): Two replicas; every connection of the leader freezes (a cut-off node) for
 /// longer than the renew deadline. The leader fences itself and exits 1 before the standby takes the
 /// Lease; the apiserver's audit log shows no write of the old leader after its fence; the standby
 /// rebuilds by listing and every loop ends in one object with its exact count.
@@ -274,7 +274,7 @@ async fn a_leader_cut_off_fences_itself_before_the_standby_takes_over() -> Resul
     ns.cleanup().await
 }
 
-/// Issue #13, test 3. Every connection of the operator is reset every 3 s during a storm: lists,
+/// Silent networks (docs/FAULTS.md): Every connection of the operator is reset every 3 s during a storm: lists,
 /// watches and writes fail mid-way and are resumed or retried; counts stay exact, no object is doubled.
 #[tokio::test]
 async fn connections_reset_every_few_seconds_lose_and_double_nothing() -> Result<()> {
@@ -314,7 +314,7 @@ async fn connections_reset_every_few_seconds_lose_and_double_nothing() -> Result
     ns.cleanup().await
 }
 
-/// Issue #13, test 4. 2 s of added latency each way on every connection: slower, but no request
+/// Silent networks (docs/FAULTS.md): 2 s of added latency each way on every connection: slower, but no request
 /// passes its deadline, no watch counts as stalled, and the counts are exact.
 #[tokio::test]
 async fn two_seconds_of_latency_cause_no_timeout_storm() -> Result<()> {
@@ -387,7 +387,7 @@ async fn series_objects(client: &kube::Client, ns: &str, n: usize) -> Result<()>
     Ok(())
 }
 
-/// Issue #13, test 6. SIGTERM while a large restore is under way (its lists slowed by 1 s of latency
+/// Silent networks (docs/FAULTS.md): SIGTERM while a large restore is under way (its lists slowed by 1 s of latency
 /// each way): the operator ends it at once, exits within `--shutdown-timeout`, and writes nothing.
 #[tokio::test]
 async fn sigterm_during_a_large_restore_exits_promptly_and_writes_nothing() -> Result<()> {
