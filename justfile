@@ -144,7 +144,29 @@ faults:
     bash hack/build-envtest.sh   # apiserver, etcd, kubectl and the client-go emitter
     bash hack/tools.sh           # helm and promtool, for the chart and alert-rule tests
     cargo test --test faults -- --ignored --test-threads=1 --nocapture
+    just faults-cutoff
     just fuzz
+
+# The cut-off leader test (e2e::network) FAULTS_CUTOFF_RUNS times in a row (default 20) on one apiserver; a failing run keeps both replicas' logs and the audit log in target/faults-cutoff-N.
+faults-cutoff:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    export ENVTEST_DIR="$PWD/target/envtest-cutoff"
+    trap 'bash hack/cluster-down.sh' EXIT
+    bash hack/build-envtest.sh
+    bash hack/cluster-up.sh
+    for i in $(seq "${FAULTS_CUTOFF_RUNS:-20}"); do
+      echo "faults-cutoff: run $i"
+      rm -rf target/e2e-logs
+      if ! EVENT_SERIES_E2E_KUBECONFIG="$ENVTEST_DIR/kubeconfig" cargo test --test e2e -- --exact \
+          network::a_leader_cut_off_fences_itself_before_the_standby_takes_over --nocapture; then
+        mkdir -p "target/faults-cutoff-$i"
+        cp -r target/e2e-logs "$ENVTEST_DIR/audit.log" "target/faults-cutoff-$i/" || true
+        echo "faults-cutoff: run $i failed; logs in target/faults-cutoff-$i" >&2
+        exit 1
+      fi
+    done
+    echo "faults-cutoff: ${FAULTS_CUTOFF_RUNS:-20} runs, no failure"
 
 # The cargo-fuzz targets on event normalisation and mapping and on the policy parser, FUZZ_SECONDS each (default 120), seeded with real events (fuzz/seeds). A crash leaves its input in fuzz/artifacts/.
 fuzz:

@@ -179,6 +179,13 @@ pub struct RunArgs {
     /// bookmarks save after a reconnect. Hidden: the SPEC requires bookmarks.
     #[arg(long, hide = true)]
     pub no_watch_bookmarks: bool,
+    /// How long the restore (the list of the operator's own series objects when it starts or takes
+    /// over) may go without receiving a page before the replica gives up the Lease and exits 1, so
+    /// that a standby tries; /healthz fails meanwhile. Progress, not total time, is bounded: a
+    /// restore of 10^6 stored events on a slow apiserver takes hundreds of pages, each within the
+    /// request timeout and its retries.
+    #[arg(long, default_value = "10m", value_parser = duration::parse_std)]
+    pub restore_timeout: Duration,
     /// How long pending writes may take to flush on SIGTERM.
     #[arg(long, default_value = "10s", value_parser = duration::parse_std)]
     pub shutdown_timeout: Duration,
@@ -225,6 +232,7 @@ impl RunArgs {
             clock_tolerance: self.clock_tolerance,
             list_page_size: self.list_page_size,
             list_page_bytes: self.list_page_bytes,
+            restore_timeout: self.restore_timeout,
         }
     }
 

@@ -20,7 +20,7 @@ use crate::key::RawId;
 use crate::leader::WriteFence;
 use crate::metrics::Metrics;
 use crate::paging::PageSize;
-use crate::restart::Restart;
+use crate::restart::{self, Restart};
 use crate::watch::{Step, raw_events};
 use crate::writer::{Writer, WriterConfig};
 use chrono::{DateTime, Utc};
@@ -50,6 +50,8 @@ pub struct ControllerConfig {
     pub list_page_size: u32,
     /// About how many bytes (of JSON) a list page may hold ([`crate::paging`]).
     pub list_page_bytes: usize,
+    /// How long a restore may go without a page of its list before the operator gives up.
+    pub restore_timeout: Duration,
 }
 
 /// How often the engine's memory upkeep runs ([`Engine::housekeep`]).
@@ -284,15 +286,13 @@ pub async fn run(
         PageSize::new(config.list_page_size, config.list_page_bytes),
     );
     let own = scoped(&client, &config.namespace);
-    let restore = Restart::run(
-        &own,
-        &mut engine,
-        &metrics,
-        &mut steps,
-        config.list_page_bytes,
-    );
+    let bounds = restart::Bounds {
+        page_bytes: config.list_page_bytes,
+        restore_timeout: config.restore_timeout,
+    };
+    let restore = Restart::run(&own, &mut engine, (&metrics, &health), &mut steps, bounds);
     let (restart, held) = tokio::select! {
-        started = restore => started,
+        started = restore => started?,
         stop = &mut shutdown => return Ok(stop),
     };
     let mut restart = Some(restart);

@@ -6,6 +6,10 @@
 //! stall bound of [`crate::client`]). The writer is stuck when it has had due writes and no write
 //! got through for longer than `--request-timeout`. Both recover by themselves: the next sign of
 //! life, the next write that lands.
+//!
+//! `/healthz` says whether the process is alive in the sense the kubelet acts on: it fails only while
+//! a restore has made no progress (no page of its list) for longer than `--restore-timeout`, which
+//! the process also answers by giving up the Lease and exiting; a restart is the cure either way.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -35,6 +39,8 @@ struct State {
     watch_heard: Option<Instant>,
     /// Since when due writes have gone without any write getting through.
     writes_stuck_since: Option<Instant>,
+    /// The last progress of a restore under way (a page of its list), while one is.
+    restore_progress: Option<Instant>,
 }
 
 /// The readiness decision: pure, on the state and the bounds.
@@ -60,12 +66,27 @@ fn judge(
     Ok(())
 }
 
+/// Why the process is stuck (`/healthz`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stuck {
+    Restore,
+}
+
+impl Stuck {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stuck::Restore => "restore making no progress",
+        }
+    }
+}
+
 /// Shared by the controller, the writer and the HTTP server.
 #[derive(Debug)]
 pub struct Health {
     state: Mutex<State>,
     stall_after: Duration,
     request_timeout: Duration,
+    restore_timeout: Duration,
 }
 
 impl Health {
@@ -76,7 +97,30 @@ impl Health {
             state: Mutex::new(State::default()),
             stall_after,
             request_timeout,
+            restore_timeout: Duration::from_secs(600),
         }
+    }
+
+    /// How long a restore may go without progress before the process counts as stuck.
+    pub fn with_restore_timeout(mut self, restore_timeout: Duration) -> Health {
+        self.restore_timeout = restore_timeout;
+        self
+    }
+
+    /// Alive or stuck at `now`.
+    pub fn liveness(&self, now: Instant) -> Result<(), Stuck> {
+        let state = *self.state.lock().unwrap_or_else(|p| p.into_inner());
+        match state.restore_progress {
+            Some(t) if now.saturating_duration_since(t) > self.restore_timeout => {
+                Err(Stuck::Restore)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A restore made progress at `now` (`None`: no restore under way any more).
+    pub fn restore_progress(&self, at: Option<Instant>) {
+        self.update(|s| s.restore_progress = at);
     }
 
     fn update(&self, f: impl FnOnce(&mut State)) {
@@ -108,6 +152,21 @@ impl Health {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stuck_only_while_a_restore_makes_no_progress_for_its_timeout() {
+        let t0 = Instant::now();
+        let s = |secs| Duration::from_secs(secs);
+        let h = Health::new(s(15), s(30)).with_restore_timeout(s(60));
+        assert_eq!(h.liveness(t0 + s(3600)), Ok(()), "no restore: alive");
+        h.restore_progress(Some(t0));
+        assert_eq!(h.liveness(t0 + s(60)), Ok(()));
+        assert_eq!(h.liveness(t0 + s(61)), Err(Stuck::Restore));
+        h.restore_progress(Some(t0 + s(61)));
+        assert_eq!(h.liveness(t0 + s(62)), Ok(()), "a page arrived");
+        h.restore_progress(None);
+        assert_eq!(h.liveness(t0 + s(3600)), Ok(()), "restored");
+    }
 
     #[test]
     fn ready_only_when_recovered_listening_and_writing() {

@@ -121,7 +121,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let client = client::build(kube_config, &options).context("building the API client")?;
     let metrics = Arc::new(Metrics::default());
     let stall_after = Duration::from_secs(args.watch_timeout_secs().into()) + WATCH_MARGIN;
-    let health = Arc::new(Health::new(stall_after, args.request_timeout));
+    let health = Health::new(stall_after, args.request_timeout);
+    let health = Arc::new(health.with_restore_timeout(args.restore_timeout));
     Metrics::watch_readiness(metrics.clone(), health.clone());
     serve_operations(&args, &client, &metrics, &health).await?;
     let config = args.controller();
@@ -160,10 +161,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             _ = lost => Stop::LeadershipLost,
         }
     };
-    let stopped = controller::run(client, config, metrics, health, fence, stop).await?;
+    let stopped = controller::run(client, config, metrics, health, fence, stop).await;
     if let Some(e) = election {
+        // Also after a failure (a restore that made no progress): the standby tries at once.
         e.release().await;
     }
+    let stopped = stopped?;
     if stopped == Stop::LeadershipLost {
         bail!("leadership lost: exiting so that this replica restarts as a standby");
     }

@@ -65,6 +65,7 @@ pub struct Metrics {
     pub watch_restarts: Counter,
     pub watch_relists: Counter,
     pub watch_stalls: Counter,
+    pub restore_tokens_expired: Counter,
     /// 1 while this replica holds the Lease (or runs without leader election), else 0.
     pub leader: Gauge,
     /// 1 while `/readyz` would answer 200: see [`Metrics::watch_readiness`].
@@ -204,6 +205,12 @@ impl Metrics {
             m.watch_stalls.clone(),
         );
         r.register("bookmarks", "Watch bookmarks received", m.bookmarks.clone());
+        r.register(
+            "restore_tokens_expired",
+            "Continue tokens of the restore's list of own series objects that expired (410: etcd \
+             compacted the list's snapshot); the list went on from the token the API server offered",
+            m.restore_tokens_expired.clone(),
+        );
         r.register(
             "ingest_lag_seconds",
             "Time from an occurrence's own timestamp (series.lastObservedTime, eventTime or \

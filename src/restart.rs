@@ -13,6 +13,7 @@
 //! The engine's side of it (what a stored series says was already counted) is `engine::restore`.
 
 use crate::engine::Engine;
+use crate::health::Health;
 use crate::key::OwnedObservation;
 use crate::metrics::Metrics;
 use crate::object;
@@ -43,27 +44,30 @@ impl Restart {
     /// fetched: both lists run at once, but a raw event is only buffered until every series is
     /// restored. Returns the restart and the first step of `steps` that is not part of that list
     /// (its end, usually), which the caller handles once the restore is complete; `None` when the
-    /// watch ended first.
+    /// watch ended first. Fails when the restore makes no progress for `bounds.restore_timeout`.
     pub async fn run(
         api: &Api<Event>,
         engine: &mut Engine,
-        metrics: &Metrics,
+        (metrics, health): (&Metrics, &Health),
         steps: &mut (impl Stream<Item = Step> + Unpin),
-        page_bytes: usize,
-    ) -> (Restart, Option<Step>) {
+        bounds: Bounds,
+    ) -> Result<(Restart, Option<Step>), RestoreError> {
         let started = Instant::now();
         let mut restart = Restart {
             buffer: Vec::new(),
             started,
         };
         engine.begin_recovery();
-        let restore = restore_own_series(api, engine, metrics, page_bytes);
+        let restore = restore_own_series(api, engine, metrics, health, bounds);
         tokio::pin!(restore);
         let mut held = None;
         let mut watch_open = true;
         loop {
             tokio::select! {
-                () = &mut restore => break,
+                restored = &mut restore => {
+                    restored?;
+                    break;
+                }
                 step = steps.next(), if watch_open && held.is_none() => match step {
                     Some(Step::Listed(ev)) => restart.buffer(&ev, metrics),
                     Some(Step::ListStarted { relist: false }) => {}
@@ -83,7 +87,7 @@ impl Restart {
         if held.is_none() && watch_open {
             held = steps.next().await;
         }
-        (restart, held)
+        Ok((restart, held))
     }
 
     /// Keeps one raw event of the first list for the replay; an event that cannot be read is skipped
@@ -132,10 +136,18 @@ async fn restore_own_series(
     api: &Api<Event>,
     engine: &mut Engine,
     metrics: &Metrics,
-    page_bytes: usize,
-) {
-    let mut sizes = PageSize::new(OWN_PAGE_SIZE, page_bytes);
+    health: &Health,
+    bounds: Bounds,
+) -> Result<(), RestoreError> {
+    let mut sizes = PageSize::new(OWN_PAGE_SIZE, bounds.page_bytes);
     let started = Instant::now();
+    let mut progress = Progress {
+        last: started,
+        timeout: bounds.restore_timeout,
+        metrics,
+        health,
+    };
+    health.restore_progress(Some(started));
     tracing::info!("restoring own series objects");
     let mut params = ListParams::default()
         .labels(&object::managed_selector())
@@ -144,7 +156,9 @@ async fn restore_own_series(
     let (mut rejected, mut list_rv) = (0u64, None::<u64>);
     loop {
         let asked = Instant::now();
-        let page = list_with_retry(api, &params).await;
+        let page = list_with_retry(api, &mut params, &progress).await?;
+        progress.last = Instant::now();
+        progress.health.restore_progress(Some(progress.last));
         sizes.measured(paging::largest(&page.items));
         waiting += asked.elapsed();
         pages += 1;
@@ -178,10 +192,14 @@ async fn restore_own_series(
             }
         }
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token).limit(sizes.limit()),
+            Some(token) => {
+                params.continue_token = Some(token);
+                params.limit = Some(sizes.limit());
+            }
             None => break,
         }
     }
+    health.restore_progress(None);
     tracing::info!(
         restored,
         rejected,
@@ -191,6 +209,16 @@ async fn restore_own_series(
         total_ms = started.elapsed().as_millis() as u64,
         "own series objects restored"
     );
+    Ok(())
+}
+
+/// The bounds of a restore.
+#[derive(Clone, Copy, Debug)]
+pub struct Bounds {
+    /// About how many bytes of JSON a page may hold ([`crate::paging`]).
+    pub page_bytes: usize,
+    /// How long the restore may go without a page of its list before it gives up.
+    pub restore_timeout: Duration,
 }
 
 /// Puts listed raw events in the order their occurrences happened. A list arrives in name order; fed
@@ -199,18 +227,74 @@ pub fn sort_for_replay(observations: &mut [OwnedObservation]) {
     observations.sort_by_key(OwnedObservation::replay_order);
 }
 
+/// A restore that could not go on.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    #[error(
+        "the restore made no progress for {0:?} (--restore-timeout): no page of the list of own \
+         series objects arrived"
+    )]
+    Stuck(Duration),
+}
+
 /// Lists one page, retrying throttling and server errors with backoff (a restart in a busy cluster
-/// must not fail on a 429).
-async fn list_with_retry(api: &Api<Event>, params: &ListParams) -> kube::core::ObjectList<Event> {
+/// must not fail on a 429), until `progress.timeout` has passed since the last page.
+///
+/// A continue token that expired (410: etcd compacted the list's snapshot, which a long list on a
+/// slow or busy control plane outlives) is replaced by the one the API server offers with the 410,
+/// which goes on from the same key at the current resourceVersion. That list is not a snapshot, but
+/// nothing it could miss or repeat matters here: no one writes the operator's series objects during
+/// a restore (the previous leader is fenced, tenants are refused by the admission policy, a forged
+/// object is refused by `decode` anyway), an object deleted meanwhile (TTL) needs no restoring, and
+/// one served twice is restored once ([`Engine::restore`] is idempotent). Starting over instead
+/// would never end where one whole list takes longer than the compaction interval.
+async fn list_with_retry(
+    api: &Api<Event>,
+    params: &mut ListParams,
+    progress: &Progress<'_>,
+) -> Result<kube::core::ObjectList<Event>, RestoreError> {
     let mut delays = crate::retry::delays(Duration::from_millis(200), Duration::from_secs(30));
     loop {
-        match api.list(params).await {
-            Ok(page) => return page,
-            Err(e) => {
-                let retry_in = delays.next().unwrap_or(Duration::from_secs(30));
-                tracing::warn!(error = %e, ?retry_in, "listing own series objects failed; retrying");
-                tokio::time::sleep(retry_in).await;
+        let e = match api.list(params).await {
+            Ok(page) => return Ok(page),
+            Err(e) => e,
+        };
+        if let kube::Error::Api(status) = &e
+            && status.code == 410
+            && params.continue_token.is_some()
+        {
+            progress.metrics.restore_tokens_expired.inc();
+            let offered = status.metadata.as_ref().and_then(|m| m.continue_.clone());
+            match offered.filter(|t| !t.is_empty()) {
+                Some(token) => {
+                    tracing::warn!(
+                        "continue token of the own-series list expired; going on from the token the API server offered"
+                    );
+                    params.continue_token = Some(token);
+                }
+                None => {
+                    tracing::warn!(
+                        "continue token of the own-series list expired and none was offered; listing again from the start"
+                    );
+                    params.continue_token = None;
+                }
             }
+            continue;
         }
+        let retry_in = delays.next().unwrap_or(Duration::from_secs(30));
+        if progress.last.elapsed() + retry_in > progress.timeout {
+            return Err(RestoreError::Stuck(progress.timeout));
+        }
+        tracing::warn!(error = %e, ?retry_in, "listing own series objects failed; retrying");
+        tokio::time::sleep(retry_in).await;
     }
+}
+
+/// What tells a restore that makes progress from one that does not.
+struct Progress<'a> {
+    /// When the last page arrived (or the restore started).
+    last: Instant,
+    timeout: Duration,
+    metrics: &'a Metrics,
+    health: &'a Health,
 }

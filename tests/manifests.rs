@@ -149,6 +149,7 @@ fn the_chart_renders_what_config_default_installs() {
                 | "CustomResourceDefinition"
                 | "ValidatingAdmissionPolicy"
                 | "ValidatingAdmissionPolicyBinding"
+                | "FlowSchema"
         ) {
             ""
         } else {
@@ -220,6 +221,7 @@ fn the_chart_renders_what_config_default_installs() {
         "eventseriespolicies.eventseries.dev",
         "/spec",
     );
+    same("FlowSchema", "event-series-leader-election", "/spec");
 }
 
 /// The values do what the chart's README says.

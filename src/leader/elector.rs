@@ -2,9 +2,11 @@
 //! the Lease after reading it, and whether this replica may write series right now (the fence).
 //!
 //! The protocol is client-go's `leaderelection` on a coordination.k8s.io/v1 Lease:
-//! - A Lease held by another replica is respected until it has not changed for the lease duration,
-//!   timed on *this* replica's monotonic clock from when it saw the change, so wall-clock skew
-//!   between replicas cannot shorten it. The longer of the holder's advertised duration and our own
+//! - A Lease held by another replica is respected until its election record (holder, duration,
+//!   acquire and renew times, transitions) has not changed for the lease duration, timed on *this*
+//!   replica's monotonic clock from when it saw the change, so wall-clock skew between replicas
+//!   cannot shorten it. A change of anything else (labels, annotations, hence the resourceVersion)
+//!   is no renewal: a tool that edits a dead leader's Lease cannot keep it alive. The longer of the holder's advertised duration and our own
 //!   counts, so a rolling change of `--lease-duration` cannot shorten it either.
 //! - A free, expired or own Lease is taken or renewed by an update that carries the resourceVersion
 //!   read, so two replicas racing for it cannot both win (the API server answers 409 to one).
@@ -18,11 +20,19 @@
 //! |---|---|---|
 //! | any | read: no Lease, first seen missing a lease duration ago or more | `Decision::Create` |
 //! | any | read: no Lease, missing for less than a lease duration | `Decision::Wait` |
-//! | any | read: another holder, changed less than the lease duration ago | `Decision::Wait` |
+//! | any | read: another holder, its record changed less than the lease duration ago | `Decision::Wait` |
 //! | any | read: released (no holder, 1 s), expired, or ours | `Decision::Update` (with the resourceVersion read) |
 //! | leading | read: another holder | fenced at once |
 //! | any | our create or update succeeded, sent at `t` | leading until `t + renew_deadline` |
 //! | leading | no successful renewal by `t + renew_deadline` | fenced |
+//! | leading | a request of ours was abandoned (no answer within its deadline) | on shutdown, the Lease is not released but left to expire |
+//!
+//! A renewal round (a leader renews from the record it last wrote, and reads the Lease first only
+//! after a conflict) may take until the renew deadline, as in client-go: a control plane that
+//! answers in seconds keeps its leader. The fence is unaffected, because it is timed from the
+//! *start* of the last renewal that succeeded: with the defaults (lease 15 s, renew deadline 10 s,
+//! margin 1 s) a leader writes until at most `t + 10 s`, every request it makes is over by
+//! `t + 14 s`, and no standby can take the Lease before `t + 15 s`.
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -158,6 +168,9 @@ pub struct Elector {
     /// Since when the Lease has been seen missing: a Lease deleted under a leader is waited out
     /// like one it still holds.
     absent_since: Option<Instant>,
+    /// A request of this replica was given up without an answer while it led: the server may still
+    /// carry it out, so the Lease must not be handed over early.
+    abandoned: bool,
 }
 
 impl Elector {
@@ -168,6 +181,7 @@ impl Elector {
             observed: None,
             renewed: None,
             absent_since: None,
+            abandoned: false,
         }
     }
 
@@ -188,9 +202,11 @@ impl Elector {
             // Someone else holds it: whatever we believed, we do not lead.
             self.renewed = None;
         }
-        let unchanged = matches!(&self.observed, Some((seen, _, _)) if *seen == rv);
-        if !unchanged {
-            self.observed = Some((rv, record, now));
+        match &mut self.observed {
+            // The same election record: no renewal, whatever else changed. The resourceVersion is
+            // kept for the next update.
+            Some((seen_rv, seen, _)) if *seen == record => *seen_rv = rv,
+            _ => self.observed = Some((rv, record, now)),
         }
     }
 
@@ -248,6 +264,34 @@ impl Elector {
             Some((rv, record, _)) if record.holder == self.identity => Some((rv, record)),
             _ => None,
         }
+    }
+
+    /// A request made while leading was given up without an answer (a timeout, a broken
+    /// connection, or cut at shutdown).
+    pub fn abandoned(&mut self) {
+        self.abandoned = true;
+    }
+
+    /// Whether the Lease may be released on shutdown at `now`: this replica leads and every request
+    /// it made was answered. Otherwise it is left to expire, so that a request still on its way
+    /// cannot land after the next leader's first write.
+    pub fn may_release(&self, now: Instant) -> bool {
+        self.leading(now) && !self.abandoned && self.held().is_some()
+    }
+
+    /// The deadline of a round of Lease requests starting at `now`: the request timeout, and for a
+    /// leader no later than its renew deadline (it is fenced then anyway).
+    pub fn round_deadline(&self, now: Instant, request_timeout: Duration) -> Instant {
+        let deadline = now + request_timeout;
+        match self.renew_by() {
+            Some(by) if self.leading(now) => deadline.min(by),
+            _ => deadline,
+        }
+    }
+
+    /// Whether a leader can renew from the record it last wrote, without reading the Lease first.
+    pub fn renews_blind(&self, now: Instant) -> bool {
+        self.leading(now) && self.held().is_some()
     }
 
     /// Whether this replica may write at `now`.
@@ -363,8 +407,10 @@ mod tests {
         };
         assert_eq!((r.holder.as_str(), r.transitions), ("b", 4));
         assert_eq!(resource_version, "5", "the update is conditional");
-        // A renewal by the holder (new resourceVersion) restarts the wait.
-        e.observe(t0 + secs(15), Some(("6".into(), record("a", 15))));
+        // A renewal by the holder (a new renew time) restarts the wait.
+        let mut renewed = record("a", 15);
+        renewed.renew_time = Some(wall);
+        e.observe(t0 + secs(15), Some(("6".into(), renewed)));
         assert_eq!(e.decide(t0 + secs(29), wall), Decision::Wait);
         // A holder advertising a longer lease is waited for that long.
         e.observe(t0 + secs(30), Some(("7".into(), record("a", 60))));
@@ -382,6 +428,60 @@ mod tests {
         // A holder blanked by hand is no release: its leader may still write.
         e.observe(t0 + secs(92), Some(("9".into(), record("", 15))));
         assert_eq!(e.decide(t0 + secs(106), wall), Decision::Wait);
+    }
+
+    #[test]
+    fn edits_that_leave_the_election_record_alone_do_not_keep_a_dead_holder_alive() {
+        let t0 = Instant::now();
+        let wall = Timestamp::now();
+        let mut e = Elector::new("b", Timings::default());
+        e.observe(t0, Some(("5".into(), record("a", 15))));
+        // Labels or annotations rewritten every second by another client: new resourceVersions,
+        // the same record.
+        for i in 1..=15 {
+            e.observe(t0 + secs(i), Some((format!("{}", 5 + i), record("a", 15))));
+        }
+        let Decision::Update {
+            resource_version, ..
+        } = e.decide(t0 + secs(15), wall)
+        else {
+            panic!("the holder's record has not changed for a lease duration: it is dead")
+        };
+        assert_eq!(
+            resource_version, "20",
+            "the update carries the latest resourceVersion"
+        );
+    }
+
+    #[test]
+    fn a_renewal_round_may_take_until_the_renew_deadline() {
+        let t0 = Instant::now();
+        let mut e = Elector::new("a", Timings::default());
+        let timeout = secs(30);
+        assert_eq!(e.round_deadline(t0, timeout), t0 + timeout, "a standby");
+        e.written(t0, "1".into(), record("a", 15));
+        // A round starting 2 s after the last renewal has 8 s: a GET and a PUT at 1 s latency each
+        // way (4 s, more with a fresh TLS connection) fit.
+        assert_eq!(e.round_deadline(t0 + secs(2), timeout), t0 + secs(10));
+        assert!(
+            e.renews_blind(t0 + secs(2)),
+            "the leader renews without reading first"
+        );
+        assert_eq!(e.round_deadline(t0 + secs(2), secs(3)), t0 + secs(5));
+    }
+
+    #[test]
+    fn the_lease_is_released_only_when_no_request_was_abandoned() {
+        let t0 = Instant::now();
+        let mut e = Elector::new("a", Timings::default());
+        assert!(!e.may_release(t0), "not leading");
+        e.written(t0, "1".into(), record("a", 15));
+        assert!(e.may_release(t0 + secs(1)));
+        e.abandoned();
+        assert!(
+            !e.may_release(t0 + secs(1)),
+            "a request without an answer may still land: the Lease expires instead"
+        );
     }
 
     #[test]

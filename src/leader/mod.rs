@@ -12,7 +12,9 @@
 //! A leader that cannot renew within the renew deadline is fenced at once (the writer issues nothing
 //! more, and every request it has in flight must be over before a standby could take the Lease),
 //! then the process exits 1 so that its Pod restarts as a standby. On SIGTERM the Lease is released
-//! so that a standby takes over at once.
+//! so that a standby takes over at once, unless a request of this leader went unanswered: the server
+//! may still carry it out (a proxy that does not pass on the reset, another apiserver), so the Lease
+//! is then left to expire and the standby waits it out.
 
 pub mod elector;
 
@@ -60,6 +62,14 @@ impl WriteFence {
     /// No election: always open.
     pub fn open() -> WriteFence {
         WriteFence(None)
+    }
+
+    /// A request made under this fence went unanswered (timed out, its connection broke, or it was
+    /// cut at shutdown): the Lease is then not released early ([`Elector::may_release`]).
+    pub fn abandoned(&self) {
+        if let Some(elector) = &self.0 {
+            lock(elector).abandoned();
+        }
     }
 
     /// Whether a request may start at `now`, and its latest end.
@@ -128,12 +138,12 @@ impl Election {
         let _ = self.role.wait_for(|r| *r == Role::Lost).await;
     }
 
-    /// The fence for the writer.
     /// The Lease this election is for.
     pub fn config(&self) -> &LeaseConfig {
         &self.config
     }
 
+    /// The fence for the writer.
     pub fn fence(&self) -> WriteFence {
         WriteFence(Some(self.elector.clone()))
     }
@@ -146,8 +156,15 @@ impl Election {
         let (until, rv, transitions) = {
             let e = lock(&self.elector);
             match (e.fence(now), e.held()) {
-                (Fence::Open { until }, Some((rv, record))) => {
+                (Fence::Open { until }, Some((rv, record))) if e.may_release(now) => {
                     (until, rv.to_owned(), record.transitions)
+                }
+                (Fence::Open { .. }, Some(_)) => {
+                    tracing::warn!(
+                        "a request of this leader went unanswered: the lease is left to expire, \
+                         not released, so that it cannot land after the next leader's writes"
+                    );
+                    return;
                 }
                 _ => return,
             }
@@ -205,8 +222,101 @@ fn counted<T>(metrics: &Metrics, verb: &str, result: &Result<kube::Result<T>, ()
     metrics.request_code(verb, &code);
 }
 
-/// The election loop: one read (and maybe one write) of the Lease per retry period; publishes
-/// `Leading` after a successful acquire, `Lost` (and ends) once a leader's fence has closed.
+/// How a round of Lease requests ended.
+enum Round {
+    /// Read and, if the decision was to, written (or it failed and the next round retries).
+    Done,
+    /// Our write met a conflict: read the Lease at once.
+    Conflict,
+}
+
+/// Reads the Lease (by `deadline`) into the elector; `false` when the read failed.
+async fn read_lease(
+    api: &Api<Lease>,
+    elector: &Mutex<Elector>,
+    config: &LeaseConfig,
+    metrics: &Metrics,
+    deadline: Instant,
+) -> bool {
+    let read = tokio::time::timeout_at(deadline.into(), api.get_opt(&config.name))
+        .await
+        .map_err(drop);
+    counted(metrics, "get", &read);
+    match read {
+        Ok(Ok(lease)) => {
+            let observed = lease.map(|l| {
+                let rv = l.metadata.resource_version.clone().unwrap_or_default();
+                (rv, Record::of(&l))
+            });
+            lock(elector).observe(Instant::now(), observed);
+            true
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "reading the lease failed");
+            false
+        }
+        Err(()) => {
+            tracing::warn!("reading the lease timed out");
+            false
+        }
+    }
+}
+
+/// Creates, takes or renews the Lease as the elector decides (by `deadline`).
+async fn write_lease(
+    api: &Api<Lease>,
+    elector: &Mutex<Elector>,
+    config: &LeaseConfig,
+    metrics: &Metrics,
+    deadline: Instant,
+) -> Round {
+    let decision = lock(elector).decide(Instant::now(), Timestamp::now());
+    let params = PostParams::default();
+    let sent = Instant::now();
+    let (verb, answer) = match decision {
+        Decision::Wait => return Round::Done,
+        Decision::Create(record) => {
+            let lease = lease_object(config, &record);
+            let create = api.create(&params, &lease);
+            (
+                "create",
+                tokio::time::timeout_at(deadline.into(), create).await,
+            )
+        }
+        Decision::Update {
+            record,
+            resource_version,
+        } => {
+            let mut lease = lease_object(config, &record);
+            lease.metadata.resource_version = Some(resource_version);
+            let update = api.replace(&config.name, &params, &lease);
+            (
+                "update",
+                tokio::time::timeout_at(deadline.into(), update).await,
+            )
+        }
+    };
+    let answer = answer.map_err(drop);
+    counted(metrics, verb, &answer);
+    match answer {
+        Ok(Ok(lease)) => {
+            let rv = lease.metadata.resource_version.clone().unwrap_or_default();
+            lock(elector).written(sent, rv, Record::of(&lease));
+        }
+        Ok(Err(kube::Error::Api(s))) if s.code == 409 => {
+            tracing::debug!("lease changed under us; reading it again");
+            return Round::Conflict;
+        }
+        Ok(Err(e)) => tracing::warn!(error = %e, verb, "lease write failed"),
+        Err(()) => tracing::warn!(verb, "lease write timed out"),
+    }
+    Round::Done
+}
+
+/// The election loop: one round of Lease requests per retry period; publishes `Leading` after a
+/// successful acquire, `Lost` (and ends) once a leader's fence has closed. A leader renews from the
+/// record it last wrote (one request a round) and reads first only after a conflict; a round may
+/// take until the renew deadline ([`Elector::round_deadline`]).
 async fn campaign(
     api: Api<Lease>,
     elector: Arc<Mutex<Elector>>,
@@ -215,11 +325,13 @@ async fn campaign(
     metrics: Arc<Metrics>,
 ) {
     let timings = config.timings;
+    let mut must_read = true;
     loop {
         let now = Instant::now();
-        let (leading, renew_by) = {
+        let (leading, blind, deadline) = {
             let e = lock(&elector);
-            (e.leading(now), e.renew_by())
+            let deadline = e.round_deadline(now, config.request_timeout);
+            (e.leading(now), e.renews_blind(now), deadline)
         };
         if *role.borrow() == Role::Leading && !leading {
             tracing::error!(
@@ -230,72 +342,14 @@ async fn campaign(
             let _ = role.send(Role::Lost);
             return;
         }
-        // A leader's requests must be over by the renew deadline (it is fenced then anyway), and one
-        // hung attempt must leave room for more within it.
-        let mut deadline = now + config.request_timeout;
-        if leading && let Some(by) = renew_by {
-            let attempt = timings.retry_period.max(timings.renew_deadline / 3);
-            deadline = deadline.min(by).min(now + attempt);
-        }
-        let read = tokio::time::timeout_at(deadline.into(), api.get_opt(&config.name))
-            .await
-            .map_err(drop);
-        counted(&metrics, "get", &read);
-        match read {
-            Ok(Ok(lease)) => {
-                let observed = lease.map(|l| {
-                    let rv = l.metadata.resource_version.clone().unwrap_or_default();
-                    (rv, Record::of(&l))
-                });
-                let decision = {
-                    let mut e = lock(&elector);
-                    e.observe(Instant::now(), observed);
-                    e.decide(Instant::now(), Timestamp::now())
-                };
-                let params = PostParams::default();
-                let sent = Instant::now();
-                let write = match decision {
-                    Decision::Wait => None,
-                    Decision::Create(record) => {
-                        let lease = lease_object(&config, &record);
-                        let create = api.create(&params, &lease);
-                        Some((
-                            "create",
-                            tokio::time::timeout_at(deadline.into(), create).await,
-                        ))
-                    }
-                    Decision::Update {
-                        record,
-                        resource_version,
-                    } => {
-                        let mut lease = lease_object(&config, &record);
-                        lease.metadata.resource_version = Some(resource_version);
-                        let update = api.replace(&config.name, &params, &lease);
-                        Some((
-                            "update",
-                            tokio::time::timeout_at(deadline.into(), update).await,
-                        ))
-                    }
-                };
-                if let Some((verb, answer)) = write {
-                    let answer = answer.map_err(drop);
-                    counted(&metrics, verb, &answer);
-                    match answer {
-                        Ok(Ok(lease)) => {
-                            let rv = lease.metadata.resource_version.clone().unwrap_or_default();
-                            lock(&elector).written(sent, rv, Record::of(&lease));
-                        }
-                        Ok(Err(kube::Error::Api(s))) if s.code == 409 => {
-                            tracing::debug!("lease changed under us; reading it again");
-                        }
-                        Ok(Err(e)) => tracing::warn!(error = %e, verb, "lease write failed"),
-                        Err(()) => tracing::warn!(verb, "lease write timed out"),
-                    }
-                }
-            }
-            Ok(Err(e)) => tracing::warn!(error = %e, "reading the lease failed"),
-            Err(()) => tracing::warn!("reading the lease timed out"),
-        }
+        let read =
+            (must_read || !blind) && read_lease(&api, &elector, &config, &metrics, deadline).await;
+        let round = if read || (blind && !must_read) {
+            write_lease(&api, &elector, &config, &metrics, deadline).await
+        } else {
+            Round::Done
+        };
+        must_read = matches!(round, Round::Conflict);
         let now = Instant::now();
         let (leading, renew_by) = {
             let e = lock(&elector);
@@ -306,8 +360,9 @@ async fn campaign(
             metrics.leader.set(1);
             let _ = role.send(Role::Leading);
         }
-        if !leading && *role.borrow() == Role::Leading {
-            // The fence closed during this round: report it now, not a retry period later.
+        if must_read || (!leading && *role.borrow() == Role::Leading) {
+            // A conflict is read at once; a fence that closed during this round is reported now,
+            // not a retry period later.
             continue;
         }
         let mut next = now

@@ -102,7 +102,10 @@ impl Respond for Site {
         let path = req.uri().path();
         match self {
             Site::Health(health) => match path {
-                "/healthz" => text(StatusCode::OK, "ok"),
+                "/healthz" => match health.liveness(Instant::now()) {
+                    Ok(()) => text(StatusCode::OK, "ok"),
+                    Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, why.as_str()),
+                },
                 "/readyz" => match health.readiness(Instant::now()) {
                     Ok(()) => text(StatusCode::OK, "ok"),
                     Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, why.as_str()),

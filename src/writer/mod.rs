@@ -11,7 +11,9 @@
 //!   (`backon`), never sooner than the server's Retry-After; other 4xx → logged with the object,
 //!   counted in `api_requests_total{verb,code}`, not retried.
 //! - Before each request the writer asks the [`WriteFence`]: a replica that may no longer lead starts
-//!   nothing, and every request must be over before another replica could take the Lease.
+//!   nothing, and every request must be over before another replica could take the Lease. A request
+//!   given up without an answer is reported to the fence, so that the Lease is then left to expire
+//!   rather than released at shutdown.
 
 pub mod fair;
 pub mod queue;
@@ -247,6 +249,10 @@ impl Writer {
         if answer != Answer::NotSent {
             self.metrics.request_code(job.verb.as_str(), &answer.code());
         }
+        if matches!(answer, Answer::Timeout | Answer::Transport(_)) {
+            // Given up without an answer: the server may still carry it out.
+            self.fence.abandoned();
+        }
         let (namespace, name) = (&job.target.namespace, &job.target.name);
         match self
             .queue
@@ -308,8 +314,13 @@ impl Writer {
                 if !self.queue.is_empty() {
                     tracing::warn!(
                         pending = self.queue.len(),
+                        in_flight = in_flight.len(),
                         "shutdown: writes left unwritten"
                     );
+                }
+                if !in_flight.is_empty() {
+                    // Cut without an answer: they may still land.
+                    self.fence.abandoned();
                 }
                 return;
             }

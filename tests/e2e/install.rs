@@ -61,6 +61,7 @@ async fn apply_k_installs_a_least_privilege_operator() -> Result<()> {
         "networkpolicy.networking.k8s.io/event-series",
         "validatingadmissionpolicy.admissionregistration.k8s.io/event-series-series-objects",
         "validatingadmissionpolicybinding.admissionregistration.k8s.io/event-series-series-objects",
+        "flowschema.flowcontrol.apiserver.k8s.io/event-series-leader-election",
     ] {
         assert!(out.contains(kind), "{kind} not applied:\n{out}");
     }
@@ -223,6 +224,26 @@ async fn apply_k_installs_a_least_privilege_operator() -> Result<()> {
     assert_eq!(
         lease.spec.and_then(|s| s.holder_identity).as_deref(),
         Some("e2e-install")
+    );
+    // The operator's Lease requests are in their own API Priority and Fairness flow: the apiserver
+    // names the FlowSchema that classified a request in its answer.
+    let flow = Api::<k8s_openapi::api::flowcontrol::v1::FlowSchema>::all(client.clone())
+        .get("event-series-leader-election")
+        .await?;
+    let sa_client = client_for(&sa).await?;
+    let request = http::Request::get(format!(
+        "/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/event-series"
+    ))
+    .body(kube::client::Body::from(Vec::new()))?;
+    let answer = sa_client.send(request).await?;
+    let classified = answer
+        .headers()
+        .get("X-Kubernetes-PF-FlowSchema-UID")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    assert_eq!(
+        classified, flow.metadata.uid,
+        "the ServiceAccount's Lease GET is classified by event-series-leader-election"
     );
     // Policy statuses are written (the status subresource is in the role).
     let quick = policies.get("quick").await?;

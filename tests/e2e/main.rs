@@ -14,6 +14,7 @@ mod policy;
 mod ports;
 mod reading;
 mod secure_metrics;
+mod slow;
 mod watch;
 
 use event_series_test_support::process::Launcher;

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 const LOGS: &str = "target/e2e-logs";
 
 /// A fault proxy in front of the shared apiserver, and a kubeconfig that goes through it.
-async fn proxied(name: &str) -> Result<(FaultProxy, PathBuf)> {
+pub(crate) async fn proxied(name: &str) -> Result<(FaultProxy, PathBuf)> {
     let proxy = FaultProxy::start(apiserver_addr(kubeconfig())?).await?;
     let path = repo_root()
         .join(LOGS)
@@ -35,7 +35,7 @@ async fn proxied(name: &str) -> Result<(FaultProxy, PathBuf)> {
 }
 
 /// A crash loop of `pods` pods (named by `seed`) at 4 occurrences per second for `secs` seconds.
-fn storm(ns: &str, log: &str, pods: u32, secs: u32, seed: u32) -> Result<Emitter> {
+pub(crate) fn storm(ns: &str, log: &str, pods: u32, secs: u32, seed: u32) -> Result<Emitter> {
     Emitter::spawn(
         kubeconfig(),
         ns,
@@ -59,7 +59,7 @@ fn storm(ns: &str, log: &str, pods: u32, secs: u32, seed: u32) -> Result<Emitter
 }
 
 /// A number per loop: (pod, reason).
-type PerLoop = BTreeMap<(String, String), u64>;
+pub(crate) type PerLoop = BTreeMap<(String, String), u64>;
 
 /// Occurrences per loop over the series objects, and objects per loop.
 fn tally(objects: &[Event]) -> (PerLoop, PerLoop) {
@@ -78,7 +78,7 @@ fn tally(objects: &[Event]) -> (PerLoop, PerLoop) {
 }
 
 /// Waits until every loop of `truth` is Finished with exactly its count, in one object.
-async fn exact(client: &kube::Client, ns: &str, truth: &PerLoop) -> Result<Vec<Event>> {
+pub(crate) async fn exact(client: &kube::Client, ns: &str, truth: &PerLoop) -> Result<Vec<Event>> {
     let objects = wait_for_within(
         client,
         ns,
@@ -99,7 +99,7 @@ async fn exact(client: &kube::Client, ns: &str, truth: &PerLoop) -> Result<Vec<E
 }
 
 /// The first instant the operator's log holds a line containing `needle`.
-fn logged_at(op: &Operator, needle: &str) -> Option<DateTime<Utc>> {
+pub(crate) fn logged_at(op: &Operator, needle: &str) -> Option<DateTime<Utc>> {
     op.log_text()
         .lines()
         .find(|l| l.contains(needle))
@@ -165,7 +165,7 @@ async fn a_frozen_connection_is_abandoned_and_a_new_loop_still_gets_its_series()
     ns.cleanup().await
 }
 
-async fn holder(api: &Api<Lease>) -> Option<(String, Option<DateTime<Utc>>)> {
+pub(crate) async fn holder(api: &Api<Lease>) -> Option<(String, Option<DateTime<Utc>>)> {
     let spec = api.get_opt("event-series").await.ok()??.spec?;
     let holder = spec.holder_identity.filter(|h| !h.is_empty())?;
     let acquired = spec
@@ -354,7 +354,7 @@ async fn two_seconds_of_latency_cause_no_timeout_storm() -> Result<()> {
 
 /// `n` Ongoing series objects in `ns`, as the operator would have written them (one per pod), made
 /// by the engine itself and created 32 at a time.
-async fn series_objects(client: &kube::Client, ns: &str, n: usize) -> Result<()> {
+pub(crate) async fn series_objects(client: &kube::Client, ns: &str, n: usize) -> Result<()> {
     use event_series::config::settings::Settings;
     use event_series::engine::Engine;
     use event_series::object::to_event;

@@ -15,6 +15,10 @@
 //! key dormant longer than `dormant_retention`; a Finish that was never written (the next burst then
 //! joins the series it ended).
 //!
+//! Restoring is idempotent: an object restored twice (a list continued on an inconsistent token
+//! after its continue token expired may serve some objects again) is one series, and what it says
+//! is merged (the higher count, the later time); nothing is finished or counted twice.
+//!
 //! The order: [`Engine::begin_recovery`], [`Engine::restore`] for every series object, then every
 //! listed raw event through [`Engine::observe`] in time order, then [`Engine::end_recovery`]. Ticks
 //! are ignored until then, so that no series is finished before the raw events that extend it have
@@ -136,6 +140,16 @@ impl Engine {
         let interval = self.policies.settings(slot_idx).heartbeat_interval;
         let id = p.id;
         let first = micros(p.first);
+        if let Some(same) = self.slots[slot_idx].series.peek_mut(ns, &id)
+            && same.tally.first == first
+        {
+            // The same object read again (a list continued after its token expired serves a page
+            // twice): one object, one series. What it says is merged; nothing is finished.
+            same.tally.count = same.tally.count.max(p.count);
+            same.tally.last = same.tally.last.max(micros(p.last.max(p.first)));
+            same.restored = same.restored.max(Some(p.count));
+            return;
+        }
         // Next heartbeat one interval after the last write, but never all restored series at once.
         let spread = now + jitter(id, interval / 8);
         let mut sources: Sources = p.sources.iter().take(MAX_SOURCES).map(Src::of).collect();
@@ -246,6 +260,22 @@ mod tests {
 
     fn starts(intents: &[Intent]) -> Vec<(WriteKind, DateTime<Utc>)> {
         intents.iter().map(|i| (i.kind, i.series.first)).collect()
+    }
+
+    #[test]
+    fn an_object_restored_twice_is_one_series_and_finishes_nothing() {
+        let mut engine = Engine::with_settings(Settings::default());
+        let now = t0() + TimeDelta::minutes(2);
+        engine.begin_recovery();
+        engine.restore(now, stored(t0()));
+        engine.restore(now, stored(t0()));
+        assert_eq!(engine.take_intents(), [], "no Finish for a page seen twice");
+        assert_eq!(engine.active_series(), 1);
+        engine.end_recovery(now, now);
+        let active = engine.active(now);
+        assert_eq!(active.len(), 1);
+        assert_eq!(active[0].count, 5, "counted once");
+        assert_eq!(engine.take_intents(), [], "nothing new to write");
     }
 
     #[test]

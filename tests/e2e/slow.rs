@@ -1,0 +1,351 @@
+//! A slow, compacting control plane (docs/FAULTS.md, Slow control planes): a leader one second away
+//! keeps the Lease, a restore outlives its continue tokens, a restore that cannot progress hands the
+//! Lease over, and edits of a dead holder's Lease do not keep it alive.
+
+use crate::OPERATOR;
+use crate::network::{exact, holder, logged_at, proxied, series_objects, storm};
+use anyhow::{Context, Result, bail};
+use event_series_test_support::cluster::{
+    Dedicated, TestNamespace, apiserver_addr, client, client_for, ensure_namespace, kubeconfig,
+    kubeconfig_through, operator_cluster_rules, operator_rules, series, service_account_kubeconfig,
+};
+use event_series_test_support::proxy::FaultProxy;
+use event_series_test_support::repo_root;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use std::time::{Duration, Instant};
+
+/// The leader-election flags of a replica named `id` in `ns`, with client-go's default timings.
+fn replica(ns: &str, id: &str, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--namespace",
+        ns,
+        "--leader-elect",
+        "--lease-namespace",
+        ns,
+        "--instance",
+        id,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+async fn transitions(leases: &Api<Lease>) -> Option<i32> {
+    leases
+        .get_opt("event-series")
+        .await
+        .ok()??
+        .spec?
+        .lease_transitions
+}
+
+/// SPEC Operations: a control plane answering in seconds keeps one leader. Two replicas, each behind
+/// 1 s of latency each way (a GET and a PUT of the Lease take 4 s, a fresh TLS connection more),
+/// client-go's default timings, for three minutes of crash loops: one holder throughout, no exit, no
+/// transition, every loop counted exactly in one object. Before renewal rounds had the renew
+/// deadline (3.33 s a round), each replica lost the Lease within seconds and exited 1.
+#[tokio::test]
+async fn a_control_plane_one_second_away_keeps_one_leader() -> Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::new(&client, "slow-lease").await?;
+    let (proxy_a, kc_a) = proxied(&format!("{}-a", ns.name)).await?;
+    let (proxy_b, kc_b) = proxied(&format!("{}-b", ns.name)).await?;
+    proxy_a.set_latency(Duration::from_secs(1));
+    proxy_b.set_latency(Duration::from_secs(1));
+    let flags = [
+        "--finish-after",
+        "15s",
+        "--series-window",
+        "15s",
+        "--heartbeat-interval",
+        "10s",
+        "--watch-timeout",
+        "20s",
+    ];
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
+    let mut a = OPERATOR.spawn(
+        &kc_a,
+        &format!("{}-a", ns.name),
+        &strs(&replica(&ns.name, "a", &flags)),
+    )?;
+    let started = Instant::now();
+    while holder(&leases).await.map(|h| h.0).as_deref() != Some("a") {
+        if started.elapsed() > Duration::from_secs(60) || !a.alive() {
+            bail!("a never took the lease (log {})", a.log.display());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let before = transitions(&leases).await;
+    let mut b = OPERATOR.spawn(
+        &kc_b,
+        &format!("{}-b", ns.name),
+        &strs(&replica(&ns.name, "b", &flags)),
+    )?;
+    let loops = storm(&ns.name, &ns.name, 3, 150, 7)?;
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_secs(180) {
+        let now = holder(&leases).await.map(|h| h.0);
+        assert_eq!(now.as_deref(), Some("a"), "one holder throughout");
+        assert!(a.alive(), "the leader exited (log {})", a.log.display());
+        assert!(b.alive(), "the standby exited (log {})", b.log.display());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert_eq!(transitions(&leases).await, before, "no transition");
+    assert!(logged_at(&a, "leadership lost").is_none());
+    let truth = loops.wait()?;
+    exact(&client, &ns.name, &truth).await?;
+    println!(
+        "a held the lease for 3 min at 1 s each way; lease requests of a: {} timeouts; proxy a {:?}",
+        a.get("/metrics")
+            .map(|(_, m)| m.lines().filter(|l| l.contains("code=\"timeout\"")).count())
+            .unwrap_or(0),
+        proxy_a.stats()
+    );
+    drop((a, b));
+    ns.cleanup().await
+}
+
+/// SPEC Operations: a restore survives expired continue tokens. A cluster whose etcd is compacted
+/// every 5 s while other writes go on; 400 stored series objects listed one per page through 50 ms
+/// of latency each way, so the list outlives its snapshot many times over. The restore completes
+/// (each expired token counted in `restore_tokens_expired_total`), restores every series once, and
+/// finishes or rewrites none. Before, the restore retried the expired token forever and never
+/// became ready.
+#[tokio::test]
+async fn a_restore_outlives_its_continue_tokens() -> Result<()> {
+    const SERIES: usize = 400;
+    let cluster = Dedicated::start(
+        "compaction",
+        &[("APISERVER_EXTRA_ARGS", "--etcd-compaction-interval=5s")],
+    )?;
+    let client = client_for(&cluster.kubeconfig).await?;
+    let ns = "restore-compacted";
+    ensure_namespace(&client, ns).await?;
+    series_objects(&client, ns, SERIES).await?;
+    let stored = series(&client, ns).await?;
+    anyhow::ensure!(stored.len() == SERIES, "{} stored", stored.len());
+    let proxy = FaultProxy::start(apiserver_addr(&cluster.kubeconfig)?).await?;
+    proxy.set_latency(Duration::from_millis(50));
+    let kc = kubeconfig_through(
+        &cluster.kubeconfig,
+        proxy.addr(),
+        &repo_root().join("target/e2e-logs/compaction.proxy.kubeconfig"),
+    )?;
+    // Writes elsewhere move etcd's revision on, so that each compaction removes the list's snapshot.
+    let churn = tokio::spawn(churn(client.clone(), ns.to_owned()));
+    let op = OPERATOR.spawn(
+        &kc,
+        "restore-compacted",
+        &["--namespace", ns, "--list-page-bytes", "1"],
+    )?;
+    let started = Instant::now();
+    while logged_at(&op, "own series objects restored").is_none() {
+        if started.elapsed() > Duration::from_secs(300) {
+            churn.abort();
+            bail!(
+                "the restore did not complete in 5 min ({} tokens expired; log {})",
+                op.metric("event_series_restore_tokens_expired_total"),
+                op.log.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    churn.abort();
+    let expired = op.metric("event_series_restore_tokens_expired_total");
+    println!(
+        "restored in {:?}, {expired} continue tokens expired on the way",
+        started.elapsed()
+    );
+    assert!(expired >= 1.0, "the test must make a token expire");
+    assert_eq!(op.metric("event_series_series_active"), SERIES as f64);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = series(&client, ns).await?;
+    let ongoing = after
+        .iter()
+        .filter(|e| crate::operator::state(e) == "Ongoing")
+        .count();
+    assert_eq!(ongoing, SERIES, "nothing finished by a page seen twice");
+    let count = |evs: &[k8s_openapi::api::events::v1::Event]| {
+        evs.iter().map(crate::operator::count).sum::<u64>()
+    };
+    assert_eq!(count(&after), count(&stored), "no count changed");
+    drop(op);
+    Ok(())
+}
+
+/// Updates a ConfigMap in `ns` every 100 ms, until aborted.
+async fn churn(client: kube::Client, ns: String) {
+    let api: Api<ConfigMap> = Api::namespaced(client, &ns);
+    let mut i = 0u64;
+    loop {
+        i += 1;
+        let cm = serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "churn"}, "data": {"i": i.to_string()}
+        });
+        let _ = api
+            .patch(
+                "churn",
+                &PatchParams::apply("churn").force(),
+                &Patch::Apply(&cm),
+            )
+            .await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// SPEC Operations: a restore that cannot progress for `--restore-timeout` gives up the Lease and
+/// exits non-zero, and the standby leads. Replica a may not list series objects (its role lacks
+/// `list` on events.k8s.io events), so its restore never gets a page. Before, it retried forever
+/// while renewing the Lease, and the standby never led.
+#[tokio::test]
+async fn a_restore_that_cannot_progress_hands_the_lease_over() -> Result<()> {
+    use k8s_openapi::api::rbac::v1::PolicyRule;
+    let client = client().await?;
+    let ns = TestNamespace::new(&client, "stuck-restore").await?;
+    let mut rules: Vec<PolicyRule> = operator_rules()
+        .into_iter()
+        .filter(|r| r.api_groups.as_deref() != Some(&["events.k8s.io".to_owned()]))
+        .collect();
+    rules.push(PolicyRule {
+        api_groups: Some(vec!["events.k8s.io".into()]),
+        resources: Some(vec!["events".into()]),
+        verbs: vec!["create".into(), "patch".into()],
+        ..Default::default()
+    });
+    rules.push(PolicyRule {
+        api_groups: Some(vec!["coordination.k8s.io".into()]),
+        resources: Some(vec!["leases".into()]),
+        verbs: vec!["get".into(), "create".into(), "update".into()],
+        ..Default::default()
+    });
+    let kc_a = service_account_kubeconfig(
+        &client,
+        kubeconfig(),
+        &ns.name,
+        "no-list",
+        rules,
+        operator_cluster_rules(),
+    )
+    .await?;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
+    let mut a = OPERATOR.spawn(
+        &kc_a,
+        &format!("{}-a", ns.name),
+        &strs(&replica(&ns.name, "a", &["--restore-timeout", "8s"])),
+    )?;
+    let started = Instant::now();
+    while holder(&leases).await.map(|h| h.0).as_deref() != Some("a") {
+        if started.elapsed() > Duration::from_secs(30) || !a.alive() {
+            bail!("a never took the lease (log {})", a.log.display());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let b = OPERATOR.spawn(
+        kubeconfig(),
+        &format!("{}-b", ns.name),
+        &strs(&replica(&ns.name, "b", &[])),
+    )?;
+    let (status, _) = a
+        .wait_exit(Duration::from_secs(60))?
+        .context("a stuck restore did not end the process")?;
+    assert!(!status.success(), "exits non-zero: {status}");
+    assert!(
+        a.log_text().contains("made no progress"),
+        "says why (log {})",
+        a.log.display()
+    );
+    let exited = Instant::now();
+    while holder(&leases).await.map(|h| h.0).as_deref() != Some("b") {
+        if exited.elapsed() > Duration::from_secs(10) {
+            bail!("the standby did not lead after the stuck leader left");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!(
+        "a exited {status} {:?} after taking the lease; b led {:?} later",
+        exited - started,
+        exited.elapsed()
+    );
+    drop(b);
+    ns.cleanup().await
+}
+
+/// SPEC Operations: a standby times the holder by its election record. A Lease held by a replica
+/// that is gone, whose annotations another client rewrites every second (new resourceVersions,
+/// the same record): the standby leads within the lease duration plus the retry period. Before, each
+/// edit restarted its wait, and it never led.
+#[tokio::test]
+async fn edits_of_a_dead_holders_lease_do_not_keep_it_alive() -> Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::new(&client, "lease-edits").await?;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
+    let now = Timestamp::now();
+    leases
+        .create(
+            &PostParams::default(),
+            &Lease {
+                metadata: ObjectMeta {
+                    name: Some("event-series".into()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some("gone".into()),
+                    lease_duration_seconds: Some(15),
+                    acquire_time: Some(MicroTime(now)),
+                    renew_time: Some(MicroTime(now)),
+                    lease_transitions: Some(0),
+                    ..LeaseSpec::default()
+                }),
+            },
+        )
+        .await?;
+    let editor = {
+        let leases = leases.clone();
+        tokio::spawn(async move {
+            for i in 0u64.. {
+                let patch =
+                    serde_json::json!({"metadata": {"annotations": {"edited": i.to_string()}}});
+                let _ = leases
+                    .patch(
+                        "event-series",
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        })
+    };
+    let b = OPERATOR.spawn(
+        kubeconfig(),
+        &format!("{}-b", ns.name),
+        &strs(&replica(&ns.name, "b", &[])),
+    )?;
+    let started = Instant::now();
+    // The lease duration (15 s) from b's first read, a jittered retry period (2.4 s) and slack.
+    let bound = Duration::from_secs(15 + 3 + 5);
+    while holder(&leases).await.map(|h| h.0).as_deref() != Some("b") {
+        if started.elapsed() > bound {
+            editor.abort();
+            bail!(
+                "b did not lead within {bound:?} while the Lease's annotations changed every second"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    editor.abort();
+    println!("b led {:?} after it started", started.elapsed());
+    drop(b);
+    ns.cleanup().await
+}
