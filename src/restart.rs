@@ -281,10 +281,12 @@ async fn list_with_retry(
             }
             continue;
         }
-        let retry_in = delays.next().unwrap_or(Duration::from_secs(30));
-        if progress.last.elapsed() + retry_in > progress.timeout {
+        let left = progress.timeout.saturating_sub(progress.last.elapsed());
+        if left.is_zero() {
             return Err(RestoreError::Stuck(progress.timeout));
         }
+        // The last try comes at the bound itself.
+        let retry_in = delays.next().unwrap_or(Duration::from_secs(30)).min(left);
         tracing::warn!(error = %e, ?retry_in, "listing own series objects failed; retrying");
         tokio::time::sleep(retry_in).await;
     }

@@ -251,6 +251,7 @@ async fn a_restore_that_cannot_progress_hands_the_lease_over() -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let leading = Instant::now();
     let b = OPERATOR.spawn(
         kubeconfig(),
         &format!("{}-b", ns.name),
@@ -273,8 +274,8 @@ async fn a_restore_that_cannot_progress_hands_the_lease_over() -> Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     println!(
-        "a exited {status} {:?} after taking the lease; b led {:?} later",
-        exited - started,
+        "a exited ({status}) {:?} after taking the lease; b led {:?} later",
+        exited - leading,
         exited.elapsed()
     );
     drop(b);
