@@ -385,6 +385,7 @@ async fn deleted_by_delete_k(
                 "clusterrolebinding/event-series",
                 "validatingadmissionpolicy/event-series-series-objects",
                 "validatingadmissionpolicybinding/event-series-series-objects",
+                "flowschema/event-series-leader-election",
             ],
         )?;
         let ns = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())

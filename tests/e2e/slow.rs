@@ -350,3 +350,119 @@ async fn edits_of_a_dead_holders_lease_do_not_keep_it_alive() -> Result<()> {
     drop(b);
     ns.cleanup().await
 }
+
+/// One process of a replica: its identity, and when it led (from its log) and stopped.
+struct Incarnation {
+    identity: &'static str,
+    op: event_series_test_support::process::Operator,
+    exited: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// SPEC Operations: at 2.5 s of latency each way a leader may lose the Lease, but the fence holds
+/// and the pair recovers by itself. Two replicas, each behind its own proxy, for two minutes of
+/// crash loops; a replica that exits is started again at once (as its kubelet would). Then the
+/// latency goes. Checked on the apiserver's audit log: after each new leader's first write, no
+/// write of the previous leader until it leads again; and every loop ends exactly in one object.
+#[tokio::test]
+async fn at_two_and_a_half_seconds_the_fence_holds_and_the_pair_recovers() -> Result<()> {
+    use chrono::{DateTime, Utc};
+    use event_series_test_support::audit;
+    let client = client().await?;
+    let ns = TestNamespace::new(&client, "slower-lease").await?;
+    let (proxy_a, kc_a) = proxied(&format!("{}-a", ns.name)).await?;
+    let (proxy_b, kc_b) = proxied(&format!("{}-b", ns.name)).await?;
+    for p in [&proxy_a, &proxy_b] {
+        p.set_latency(Duration::from_millis(2500));
+    }
+    let flags = [
+        "--finish-after",
+        "20s",
+        "--series-window",
+        "20s",
+        "--heartbeat-interval",
+        "10s",
+        "--watch-timeout",
+        "20s",
+    ];
+    let mut runs = 0u32;
+    let mut spawn = |identity: &'static str| -> Result<Incarnation> {
+        runs += 1;
+        let kc = if identity == "a" { &kc_a } else { &kc_b };
+        let log = format!("{}-{identity}-{runs}", ns.name);
+        let op = OPERATOR.spawn(kc, &log, &strs(&replica(&ns.name, identity, &flags)))?;
+        Ok(Incarnation {
+            identity,
+            op,
+            exited: None,
+        })
+    };
+    let mut all = vec![spawn("a")?, spawn("b")?];
+    let loops = storm(&ns.name, &ns.name, 3, 150, 11)?;
+    let started = Instant::now();
+    let mut healed = false;
+    while started.elapsed() < Duration::from_secs(180) {
+        if !healed && started.elapsed() > Duration::from_secs(120) {
+            proxy_a.set_latency(Duration::ZERO);
+            proxy_b.set_latency(Duration::ZERO);
+            healed = true;
+        }
+        let mut respawn = Vec::new();
+        for inc in all.iter_mut().filter(|i| i.exited.is_none()) {
+            if let Some((status, at)) = inc.op.wait_exit(Duration::ZERO)? {
+                println!("{} exited ({status}) after {:?}", inc.identity, started.elapsed());
+                inc.exited = Some(at.into());
+                respawn.push(inc.identity);
+            }
+        }
+        for identity in respawn {
+            all.push(spawn(identity)?);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let truth = loops.wait()?;
+    exact(&client, &ns.name, &truth).await?;
+    // Leadership terms, in the order they began.
+    let mut terms: Vec<(DateTime<Utc>, &'static str)> = all
+        .iter()
+        .filter_map(|i| Some((logged_at(&i.op, "lease acquired")?, i.identity)))
+        .collect();
+    terms.sort();
+    let writes: Vec<audit::Write> = audit::writes(kubeconfig(), &ns.name)?
+        .into_iter()
+        .filter(|w| w.resource == "events")
+        .collect();
+    let by = |id: &'static str| {
+        writes
+            .iter()
+            .filter(move |w| w.user_agent.contains(&audit::agent_of(id)))
+    };
+    for (k, (began, leader)) in terms.iter().enumerate().skip(1) {
+        let (_, previous) = terms[k - 1];
+        if previous == *leader {
+            continue;
+        }
+        let Some(first) = by(leader).map(|w| w.received).filter(|t| t >= began).min() else {
+            continue;
+        };
+        let back = terms[k + 1..]
+            .iter()
+            .find(|(_, id)| *id == previous)
+            .map(|(t, _)| *t);
+        let late: Vec<_> = by(previous)
+            .filter(|w| w.received > first && back.is_none_or(|b| w.received < b))
+            .collect();
+        assert!(
+            late.is_empty(),
+            "writes of {previous} after {leader}'s first write at {first}: {late:?}"
+        );
+    }
+    let exits = all.iter().filter(|i| i.exited.is_some()).count();
+    println!(
+        "{} leadership terms, {exits} exits, {} series writes; every term's writes ended before the next leader's first",
+        terms.len(),
+        writes.len()
+    );
+    assert!(!terms.is_empty());
+    drop(all);
+    ns.cleanup().await
+}
