@@ -92,6 +92,10 @@ bench: && bench-e2e bench-node
 demo:
     bash hack/demo.sh
 
+# The engine's criterion benchmarks of two commits side by side, alternating in the same minutes (bench/results/engine-compare/).
+bench-engine-compare base head="HEAD":
+    bash bench/engine-compare.sh {{base}} {{head}}
+
 # One real crash loop on a real node for NODE_MINUTES (default 35): the kubelet's API writes beside event-series' (bench/node.sh; Linux, root).
 bench-node: bench-build
     bash bench/node.sh

@@ -342,6 +342,7 @@ async fn campaign(
             let _ = role.send(Role::Lost);
             return;
         }
+        let renewed_before = lock(&elector).renew_by();
         let read =
             (must_read || !blind) && read_lease(&api, &elector, &config, &metrics, deadline).await;
         let round = if read || (blind && !must_read) {
@@ -372,7 +373,13 @@ async fn campaign(
                 jitter(timings.retry_period)
             };
         if leading && let Some(by) = renew_by {
-            // Wake when the fence closes, to report it at once.
+            // A renewal that succeeded is followed a retry period after it was *sent*, not after
+            // its answer: on a slow control plane the answer takes much of the renew deadline,
+            // which is timed from the send. Wake at the latest when the fence closes, to report it.
+            let renewed = by - timings.renew_deadline;
+            if renew_by != renewed_before {
+                next = (renewed + timings.retry_period).max(now);
+            }
             next = next.min(by);
         }
         tokio::time::sleep_until(next.into()).await;

@@ -62,7 +62,7 @@ pub(crate) fn storm(ns: &str, log: &str, pods: u32, secs: u32, seed: u32) -> Res
 pub(crate) type PerLoop = BTreeMap<(String, String), u64>;
 
 /// Occurrences per loop over the series objects, and objects per loop.
-fn tally(objects: &[Event]) -> (PerLoop, PerLoop) {
+pub(crate) fn tally(objects: &[Event]) -> (PerLoop, PerLoop) {
     let (mut counts, mut objs) = (BTreeMap::new(), BTreeMap::new());
     for e in objects {
         let pod = e

@@ -359,10 +359,12 @@ struct Incarnation {
 }
 
 /// SPEC Operations: at 2.5 s of latency each way a leader may lose the Lease, but the fence holds
-/// and the pair recovers by itself. Two replicas, each behind its own proxy, for two minutes of
-/// crash loops; a replica that exits is started again at once (as its kubelet would). Then the
-/// latency goes. Checked on the apiserver's audit log: after each new leader's first write, no
-/// write of the previous leader until it leads again; and every loop ends exactly in one object.
+/// and the pair recovers by itself. Two replicas, each behind its own proxy; a replica that exits is
+/// started again at once (as its kubelet would). For 100 s, a new crash loop of two pods every 20 s
+/// (occurrences that reach no leader within `seriesWindow` are dropped as stale, by design). Then the
+/// latency goes, and a last storm must end exactly, one object per loop. Checked on the apiserver's
+/// audit log: after each new leader's first write, no write of the previous leader until it leads
+/// again.
 #[tokio::test]
 async fn at_two_and_a_half_seconds_the_fence_holds_and_the_pair_recovers() -> Result<()> {
     use chrono::{DateTime, Utc};
@@ -380,7 +382,7 @@ async fn at_two_and_a_half_seconds_the_fence_holds_and_the_pair_recovers() -> Re
         "--series-window",
         "20s",
         "--heartbeat-interval",
-        "10s",
+        "5s",
         "--watch-timeout",
         "20s",
     ];
@@ -397,19 +399,41 @@ async fn at_two_and_a_half_seconds_the_fence_holds_and_the_pair_recovers() -> Re
         })
     };
     let mut all = vec![spawn("a")?, spawn("b")?];
-    let loops = storm(&ns.name, &ns.name, 3, 150, 11)?;
     let started = Instant::now();
-    let mut healed = false;
-    while started.elapsed() < Duration::from_secs(180) {
-        if !healed && started.elapsed() > Duration::from_secs(120) {
+    let (mut storms, mut last) = (Vec::new(), None::<crate::network::PerLoop>);
+    let mut healed: Option<Instant> = None;
+    while healed.is_none_or(|h| h.elapsed() < Duration::from_secs(60)) {
+        let elapsed = started.elapsed().as_secs();
+        if healed.is_none() && elapsed < 100 && storms.len() < (elapsed / 20 + 1) as usize {
+            let seed = 100 + storms.len() as u32;
+            storms.push(storm(
+                &ns.name,
+                &format!("{}-{seed}", ns.name),
+                2,
+                10,
+                seed,
+            )?);
+        }
+        if healed.is_none() && elapsed >= 100 {
             proxy_a.set_latency(Duration::ZERO);
             proxy_b.set_latency(Duration::ZERO);
-            healed = true;
+            healed = Some(Instant::now());
+        }
+        if let Some(h) = healed
+            && last.is_none()
+            && h.elapsed() > Duration::from_secs(20)
+        {
+            let seed = 999;
+            last = Some(storm(&ns.name, &format!("{}-{seed}", ns.name), 3, 15, seed)?.wait()?);
         }
         let mut respawn = Vec::new();
         for inc in all.iter_mut().filter(|i| i.exited.is_none()) {
             if let Some((status, at)) = inc.op.wait_exit(Duration::ZERO)? {
-                println!("{} exited ({status}) after {:?}", inc.identity, started.elapsed());
+                println!(
+                    "{} exited ({status}) after {:?}",
+                    inc.identity,
+                    started.elapsed()
+                );
                 inc.exited = Some(at.into());
                 respawn.push(inc.identity);
             }
@@ -419,8 +443,28 @@ async fn at_two_and_a_half_seconds_the_fence_holds_and_the_pair_recovers() -> Re
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let truth = loops.wait()?;
-    exact(&client, &ns.name, &truth).await?;
+    for s in storms {
+        s.wait()?;
+    }
+    // The loops after the latency went: exact, one object each, Finished.
+    let truth = last.context("the last storm ran")?;
+    let objects = crate::operator::wait_for_within(
+        &client,
+        &ns.name,
+        Duration::from_secs(120),
+        "the last storm's loops Finished with their exact counts",
+        |objs| {
+            let (counts, _) = crate::network::tally(objs);
+            truth.iter().all(|(k, n)| counts.get(k) == Some(n))
+                && objs.iter().all(|e| crate::operator::state(e) == "Finished")
+        },
+    )
+    .await?;
+    let (_, per_loop) = crate::network::tally(&objects);
+    assert!(
+        truth.keys().all(|k| per_loop.get(k) == Some(&1)),
+        "one object per loop"
+    );
     // Leadership terms, in the order they began.
     let mut terms: Vec<(DateTime<Utc>, &'static str)> = all
         .iter()
@@ -436,6 +480,7 @@ async fn at_two_and_a_half_seconds_the_fence_holds_and_the_pair_recovers() -> Re
             .iter()
             .filter(move |w| w.user_agent.contains(&audit::agent_of(id)))
     };
+    let mut handovers = 0;
     for (k, (began, leader)) in terms.iter().enumerate().skip(1) {
         let (_, previous) = terms[k - 1];
         if previous == *leader {
@@ -444,6 +489,7 @@ async fn at_two_and_a_half_seconds_the_fence_holds_and_the_pair_recovers() -> Re
         let Some(first) = by(leader).map(|w| w.received).filter(|t| t >= began).min() else {
             continue;
         };
+        handovers += 1;
         let back = terms[k + 1..]
             .iter()
             .find(|(_, id)| *id == previous)
@@ -458,11 +504,107 @@ async fn at_two_and_a_half_seconds_the_fence_holds_and_the_pair_recovers() -> Re
     }
     let exits = all.iter().filter(|i| i.exited.is_some()).count();
     println!(
-        "{} leadership terms, {exits} exits, {} series writes; every term's writes ended before the next leader's first",
+        "{} leadership terms ({handovers} between replicas), {exits} exits, {} series writes; no write of a leader after the next one's first",
         terms.len(),
         writes.len()
     );
-    assert!(!terms.is_empty());
+    assert!(!writes.is_empty());
     drop(all);
+    ns.cleanup().await
+}
+
+/// SPEC Operations: a leader releases the Lease on shutdown only when no request of its is still
+/// unanswered. The leader's connections turn slow (2 s each way) half a second before SIGTERM, while
+/// it heartbeats every second: writes are in flight when `--shutdown-timeout` (1 s) cuts them. It
+/// must not release the Lease, so the standby waits out the lease duration from the leader's last
+/// renewal; the audit log shows no write of the old leader after the new leader's first, and every
+/// loop ends exactly in one object. Before, the Lease was released and the standby led at once.
+#[tokio::test]
+async fn a_leader_with_writes_unanswered_at_shutdown_lets_its_lease_expire() -> Result<()> {
+    use chrono::Utc;
+    use event_series_test_support::audit;
+    let client = client().await?;
+    let ns = TestNamespace::new(&client, "unanswered").await?;
+    let (proxy_a, kc_a) = proxied(&format!("{}-a", ns.name)).await?;
+    let flags = [
+        "--finish-after",
+        "20s",
+        "--series-window",
+        "20s",
+        "--heartbeat-interval",
+        "1s",
+        "--shutdown-timeout",
+        "1s",
+    ];
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
+    let mut a = OPERATOR.spawn(
+        &kc_a,
+        &format!("{}-a", ns.name),
+        &strs(&replica(&ns.name, "a", &flags)),
+    )?;
+    let started = Instant::now();
+    while holder(&leases).await.map(|h| h.0).as_deref() != Some("a") {
+        if started.elapsed() > Duration::from_secs(30) || !a.alive() {
+            bail!("a never took the lease (log {})", a.log.display());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let b = OPERATOR.spawn(
+        kubeconfig(),
+        &format!("{}-b", ns.name),
+        &strs(&replica(&ns.name, "b", &flags)),
+    )?;
+    let loops = storm(&ns.name, &ns.name, 3, 40, 5)?;
+    crate::operator::wait_for(&client, &ns.name, "the loops' series", |o| o.len() == 3).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    proxy_a.set_latency(Duration::from_secs(2));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    a.signal_term()?;
+    let signalled = Utc::now();
+    let (status, _) = a
+        .wait_exit(Duration::from_secs(20))?
+        .context("a did not exit after SIGTERM")?;
+    assert!(status.success(), "a exits 0 on SIGTERM: {status}");
+    assert!(
+        a.log_text().contains("left to expire"),
+        "a says why it keeps the Lease (log {})",
+        a.log.display()
+    );
+    let acquired = loop {
+        if let Some((who, at)) = holder(&leases).await
+            && who == "b"
+        {
+            break at.context("an acquireTime")?;
+        }
+        if (Utc::now() - signalled).num_seconds() > 40 {
+            bail!("b never took the lease");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let waited = (acquired - signalled).num_milliseconds();
+    println!("b acquired the lease {waited} ms after a's SIGTERM");
+    // a renewed at most ~2.5 s before the signal (every 2 s, then its latency): the lease lasts 15 s.
+    assert!(
+        waited >= 10_000,
+        "the standby led {waited} ms after SIGTERM: the Lease was handed over with writes in flight"
+    );
+    let truth = loops.wait()?;
+    exact(&client, &ns.name, &truth).await?;
+    let writes: Vec<audit::Write> = audit::writes(kubeconfig(), &ns.name)?
+        .into_iter()
+        .filter(|w| w.resource == "events")
+        .collect();
+    let first_b = writes
+        .iter()
+        .filter(|w| w.user_agent.contains(&audit::agent_of("b")))
+        .map(|w| w.received)
+        .min()
+        .context("b wrote")?;
+    let late: Vec<_> = writes
+        .iter()
+        .filter(|w| w.user_agent.contains(&audit::agent_of("a")) && w.received > first_b)
+        .collect();
+    assert!(late.is_empty(), "writes of a after b's first: {late:?}");
+    drop(b);
     ns.cleanup().await
 }
