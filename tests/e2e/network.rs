@@ -174,6 +174,28 @@ pub(crate) async fn holder(api: &Api<Lease>) -> Option<(String, Option<DateTime<
     Some((holder, acquired))
 }
 
+/// Waits up to `within` until `who` holds the Lease `event-series`, failing early if `op` (the
+/// process of `who`, when given) exits. How long it took.
+pub(crate) async fn wait_leading(
+    leases: &Api<Lease>,
+    who: &str,
+    within: Duration,
+    mut op: Option<&mut Operator>,
+) -> Result<Duration> {
+    let started = Instant::now();
+    while holder(leases).await.map(|h| h.0).as_deref() != Some(who) {
+        let exited = op.as_mut().is_some_and(|op| !op.alive());
+        if started.elapsed() > within || exited {
+            let log = op
+                .map(|op| op.log.display().to_string())
+                .unwrap_or_default();
+            bail!("{who} did not take the lease within {within:?} (log {log})");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(started.elapsed())
+}
+
 /// Silent networks (docs/FAULTS.md): Two replicas; every connection of the leader freezes (a cut-off node) for
 /// longer than the renew deadline. The leader fences itself and exits 1 before the standby takes the
 /// Lease; the apiserver's audit log shows no write of the old leader after its fence; the standby
@@ -211,13 +233,7 @@ async fn a_leader_cut_off_fences_itself_before_the_standby_takes_over() -> Resul
     };
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
     let mut a = launch(&kc_a, "a")?;
-    let started = Instant::now();
-    while holder(&leases).await.map(|h| h.0).as_deref() != Some("a") {
-        if started.elapsed() > Duration::from_secs(30) {
-            bail!("a never took the lease");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_leading(&leases, "a", Duration::from_secs(30), Some(&mut a)).await?;
     let b = launch(&kc_b, "b")?;
     let loops = storm(&ns.name, &ns.name, 3, 40, 1)?;
     wait_for(&client, &ns.name, "the loops' series", |o| o.len() == 3).await?;

@@ -3,7 +3,7 @@
 //! Lease over, and edits of a dead holder's Lease do not keep it alive.
 
 use crate::OPERATOR;
-use crate::network::{exact, holder, logged_at, proxied, series_objects, storm};
+use crate::network::{exact, holder, logged_at, proxied, series_objects, storm, wait_leading};
 use anyhow::{Context, Result, bail};
 use event_series_test_support::cluster::{
     Dedicated, TestNamespace, apiserver_addr, client, client_for, ensure_namespace, kubeconfig,
@@ -78,13 +78,7 @@ async fn a_control_plane_one_second_away_keeps_one_leader() -> Result<()> {
         &format!("{}-a", ns.name),
         &strs(&replica(&ns.name, "a", &flags)),
     )?;
-    let started = Instant::now();
-    while holder(&leases).await.map(|h| h.0).as_deref() != Some("a") {
-        if started.elapsed() > Duration::from_secs(60) || !a.alive() {
-            bail!("a never took the lease (log {})", a.log.display());
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_leading(&leases, "a", Duration::from_secs(60), Some(&mut a)).await?;
     let before = transitions(&leases).await;
     let mut b = OPERATOR.spawn(
         &kc_b,
@@ -244,13 +238,7 @@ async fn a_restore_that_cannot_progress_hands_the_lease_over() -> Result<()> {
         &format!("{}-a", ns.name),
         &strs(&replica(&ns.name, "a", &["--restore-timeout", "8s"])),
     )?;
-    let started = Instant::now();
-    while holder(&leases).await.map(|h| h.0).as_deref() != Some("a") {
-        if started.elapsed() > Duration::from_secs(30) || !a.alive() {
-            bail!("a never took the lease (log {})", a.log.display());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_leading(&leases, "a", Duration::from_secs(30), Some(&mut a)).await?;
     let leading = Instant::now();
     let b = OPERATOR.spawn(
         kubeconfig(),
@@ -267,12 +255,7 @@ async fn a_restore_that_cannot_progress_hands_the_lease_over() -> Result<()> {
         a.log.display()
     );
     let exited = Instant::now();
-    while holder(&leases).await.map(|h| h.0).as_deref() != Some("b") {
-        if exited.elapsed() > Duration::from_secs(10) {
-            bail!("the standby did not lead after the stuck leader left");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_leading(&leases, "b", Duration::from_secs(10), None).await?;
     println!(
         "a exited ({status}) {:?} after taking the lease; b led {:?} later",
         exited - leading,
@@ -514,8 +497,8 @@ async fn at_two_and_a_half_seconds_the_fence_holds_and_the_pair_recovers() -> Re
 }
 
 /// SPEC Operations: a leader releases the Lease on shutdown only when no request of its is still
-/// unanswered. The leader's connections turn slow (2 s each way) half a second before SIGTERM, while
-/// it heartbeats every second: writes are in flight when `--shutdown-timeout` (1 s) cuts them. It
+/// unanswered. The leader's connections turn slow (2 s each way) 1.5 s before SIGTERM, while it
+/// heartbeats every second: writes are in flight when `--shutdown-timeout` (1 s) cuts them. It
 /// must not release the Lease, so the standby waits out the lease duration from the leader's last
 /// renewal; the audit log shows no write of the old leader after the new leader's first, and every
 /// loop ends exactly in one object. Before, the Lease was released and the standby led at once.
@@ -542,23 +525,40 @@ async fn a_leader_with_writes_unanswered_at_shutdown_lets_its_lease_expire() -> 
         &format!("{}-a", ns.name),
         &strs(&replica(&ns.name, "a", &flags)),
     )?;
-    let started = Instant::now();
-    while holder(&leases).await.map(|h| h.0).as_deref() != Some("a") {
-        if started.elapsed() > Duration::from_secs(30) || !a.alive() {
-            bail!("a never took the lease (log {})", a.log.display());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_leading(&leases, "a", Duration::from_secs(30), Some(&mut a)).await?;
     let b = OPERATOR.spawn(
         kubeconfig(),
         &format!("{}-b", ns.name),
         &strs(&replica(&ns.name, "b", &flags)),
     )?;
-    let loops = storm(&ns.name, &ns.name, 3, 40, 5)?;
+    // One occurrence per second per pod: the legacy recorder's burst of 25 lasts 25 s, so the loops,
+    // and a heartbeat of each series every second, go on past the signal.
+    let loops = event_series_test_support::emitter::Emitter::spawn(
+        kubeconfig(),
+        &ns.name,
+        "target/e2e-logs",
+        &ns.name,
+        &[
+            "--recorder",
+            "legacy",
+            "--scenario",
+            "crashloop",
+            "--pods",
+            "3",
+            "--rate",
+            "1",
+            "--duration",
+            "30s",
+            "--seed",
+            "5",
+        ],
+    )?;
     crate::operator::wait_for(&client, &ns.name, "the loops' series", |o| o.len() == 3).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
+    // Every write sent from now on takes 4 s to be answered: those of the last 1.5 s are in flight
+    // when the 1 s drain after SIGTERM ends.
     proxy_a.set_latency(Duration::from_secs(2));
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     a.signal_term()?;
     let signalled = Utc::now();
     let (status, _) = a
@@ -583,7 +583,8 @@ async fn a_leader_with_writes_unanswered_at_shutdown_lets_its_lease_expire() -> 
     };
     let waited = (acquired - signalled).num_milliseconds();
     println!("b acquired the lease {waited} ms after a's SIGTERM");
-    // a renewed at most ~2.5 s before the signal (every 2 s, then its latency): the lease lasts 15 s.
+    // a renewed every 2 s until its latency rose 1.5 s before the signal: its Lease lasts 15 s from
+    // a renewal at most 3.5 s before the signal.
     assert!(
         waited >= 10_000,
         "the standby led {waited} ms after SIGTERM: the Lease was handed over with writes in flight"
