@@ -89,6 +89,28 @@ impl Recovery {
         };
         if by_raw.0 > by_key.0 { by_raw } else { by_key }
     }
+
+    /// Keeps what a stored object says was counted, by key and by raw object.
+    fn record(&mut self, p: &StoredSeries) {
+        let evidence = self.evidence.entry(p.id).or_default();
+        evidence.watermark = evidence.watermark.max(p.watermark);
+        evidence.truncated |= p.sources.len() >= MAX_SOURCES;
+        let raws = match self.raws.get_mut(p.namespace.as_str()) {
+            Some(raws) => raws,
+            None => self.raws.entry(p.namespace.as_str().into()).or_default(),
+        };
+        for src in &p.sources {
+            let known = evidence.sources.entry(src.raw).or_insert((0, None));
+            if src.count >= known.0 {
+                *known = (src.count, src.last);
+            }
+            let raw = raws.entry(src.raw).or_default();
+            raw.watermark = raw.watermark.max(p.watermark);
+            if src.count >= raw.count {
+                (raw.count, raw.last) = (src.count, src.last);
+            }
+        }
+    }
 }
 
 impl Engine {
@@ -100,27 +122,7 @@ impl Engine {
     /// Restores one series object (Ongoing or Finished) read back from the API server.
     pub fn restore(&mut self, now: DateTime<Utc>, p: StoredSeries) {
         if let Some(recovery) = self.recovery.as_mut() {
-            let evidence = recovery.evidence.entry(p.id).or_default();
-            evidence.watermark = evidence.watermark.max(p.watermark);
-            evidence.truncated |= p.sources.len() >= MAX_SOURCES;
-            let raws = match recovery.raws.get_mut(p.namespace.as_str()) {
-                Some(raws) => raws,
-                None => recovery
-                    .raws
-                    .entry(p.namespace.as_str().into())
-                    .or_default(),
-            };
-            for src in &p.sources {
-                let known = evidence.sources.entry(src.raw).or_insert((0, None));
-                if src.count >= known.0 {
-                    *known = (src.count, src.last);
-                }
-                let raw = raws.entry(src.raw).or_default();
-                raw.watermark = raw.watermark.max(p.watermark);
-                if src.count >= raw.count {
-                    (raw.count, raw.last) = (src.count, src.last);
-                }
-            }
+            recovery.record(&p);
         }
         let (ns, slot_idx) = self.namespace(&p.namespace);
         if p.state != SeriesState::Ongoing {
