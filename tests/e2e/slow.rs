@@ -497,8 +497,8 @@ async fn at_two_and_a_half_seconds_the_fence_holds_and_the_pair_recovers() -> Re
 }
 
 /// SPEC Operations: a leader releases the Lease on shutdown only when no request of its is still
-/// unanswered. The leader's connections turn slow (2 s each way) 1.5 s before SIGTERM, while it
-/// heartbeats every second: writes are in flight when `--shutdown-timeout` (1 s) cuts them. It
+/// unanswered. The leader's connections turn slow (3 s each way) 2.5 s before SIGTERM, while it
+/// heartbeats every second or two: writes are in flight when `--shutdown-timeout` (1 s) cuts them. It
 /// must not release the Lease, so the standby waits out the lease duration from the leader's last
 /// renewal; the audit log shows no write of the old leader after the new leader's first, and every
 /// loop ends exactly in one object. Before, the Lease was released and the standby led at once.
@@ -555,16 +555,31 @@ async fn a_leader_with_writes_unanswered_at_shutdown_lets_its_lease_expire() -> 
     )?;
     crate::operator::wait_for(&client, &ns.name, "the loops' series", |o| o.len() == 3).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    // Every write sent from now on takes 4 s to be answered: those of the last 1.5 s are in flight
-    // when the 1 s drain after SIGTERM ends.
-    proxy_a.set_latency(Duration::from_secs(2));
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Every write sent from now on takes 6 s to be answered, and the series heartbeat every second
+    // or two: the writes of the last 2.5 s are still in flight when the 1 s drain after SIGTERM ends.
+    proxy_a.set_latency(Duration::from_secs(3));
+    tokio::time::sleep(Duration::from_millis(2500)).await;
     a.signal_term()?;
     let signalled = Utc::now();
     let (status, _) = a
         .wait_exit(Duration::from_secs(20))?
         .context("a did not exit after SIGTERM")?;
     assert!(status.success(), "a exits 0 on SIGTERM: {status}");
+    // Not released: still held by a, as of its last renewal.
+    let spec = leases
+        .get("event-series")
+        .await?
+        .spec
+        .context("a Lease spec")?;
+    let held_by = spec.holder_identity.unwrap_or_default();
+    assert_eq!(
+        held_by, "a",
+        "the Lease was handed over (holder {held_by:?}) with writes of a in flight"
+    );
+    let renewed = spec
+        .renew_time
+        .and_then(|t| chrono::DateTime::<Utc>::from_timestamp_micros(t.0.as_microsecond()))
+        .context("a renewTime")?;
     assert!(
         a.log_text().contains("left to expire"),
         "a says why it keeps the Lease (log {})",
@@ -581,13 +596,16 @@ async fn a_leader_with_writes_unanswered_at_shutdown_lets_its_lease_expire() -> 
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let waited = (acquired - signalled).num_milliseconds();
-    println!("b acquired the lease {waited} ms after a's SIGTERM");
-    // a renewed every 2 s until its latency rose 1.5 s before the signal: its Lease lasts 15 s from
-    // a renewal at most 3.5 s before the signal.
+    println!(
+        "b acquired the lease {} ms after a's SIGTERM, {} ms after a's last renewal",
+        (acquired - signalled).num_milliseconds(),
+        (acquired - renewed).num_milliseconds()
+    );
+    // The standby waits out the lease duration (15 s) from the last renewal it saw, on its own
+    // clock; the Lease's times have microseconds of this machine's clock.
     assert!(
-        waited >= 10_000,
-        "the standby led {waited} ms after SIGTERM: the Lease was handed over with writes in flight"
+        acquired - renewed >= chrono::TimeDelta::seconds(14),
+        "the standby led before a's Lease expired"
     );
     let truth = loops.wait()?;
     exact(&client, &ns.name, &truth).await?;
