@@ -40,6 +40,23 @@ fn strs(args: &[String]) -> Vec<&str> {
     args.iter().map(String::as_str).collect()
 }
 
+/// Starts replica `a` with `flags` through `kubeconfig` and waits up to `within` until it leads.
+async fn leader(
+    ns: &str,
+    kubeconfig: &std::path::Path,
+    flags: &[&str],
+    leases: &Api<Lease>,
+    within: Duration,
+) -> Result<event_series_test_support::process::Operator> {
+    let mut a = OPERATOR.spawn(
+        kubeconfig,
+        &format!("{ns}-a"),
+        &strs(&replica(ns, "a", flags)),
+    )?;
+    wait_leading(leases, "a", within, Some(&mut a)).await?;
+    Ok(a)
+}
+
 async fn transitions(leases: &Api<Lease>) -> Option<i32> {
     leases
         .get_opt("event-series")
@@ -73,12 +90,7 @@ async fn a_control_plane_one_second_away_keeps_one_leader() -> Result<()> {
         "20s",
     ];
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
-    let mut a = OPERATOR.spawn(
-        &kc_a,
-        &format!("{}-a", ns.name),
-        &strs(&replica(&ns.name, "a", &flags)),
-    )?;
-    wait_leading(&leases, "a", Duration::from_secs(60), Some(&mut a)).await?;
+    let mut a = leader(&ns.name, &kc_a, &flags, &leases, Duration::from_secs(60)).await?;
     let before = transitions(&leases).await;
     let mut b = OPERATOR.spawn(
         &kc_b,
@@ -233,12 +245,14 @@ async fn a_restore_that_cannot_progress_hands_the_lease_over() -> Result<()> {
     )
     .await?;
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
-    let mut a = OPERATOR.spawn(
+    let mut a = leader(
+        &ns.name,
         &kc_a,
-        &format!("{}-a", ns.name),
-        &strs(&replica(&ns.name, "a", &["--restore-timeout", "8s"])),
-    )?;
-    wait_leading(&leases, "a", Duration::from_secs(30), Some(&mut a)).await?;
+        &["--restore-timeout", "8s"],
+        &leases,
+        Duration::from_secs(30),
+    )
+    .await?;
     let leading = Instant::now();
     let b = OPERATOR.spawn(
         kubeconfig(),
@@ -520,12 +534,7 @@ async fn a_leader_with_writes_unanswered_at_shutdown_lets_its_lease_expire() -> 
         "1s",
     ];
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
-    let mut a = OPERATOR.spawn(
-        &kc_a,
-        &format!("{}-a", ns.name),
-        &strs(&replica(&ns.name, "a", &flags)),
-    )?;
-    wait_leading(&leases, "a", Duration::from_secs(30), Some(&mut a)).await?;
+    let mut a = leader(&ns.name, &kc_a, &flags, &leases, Duration::from_secs(30)).await?;
     let b = OPERATOR.spawn(
         kubeconfig(),
         &format!("{}-b", ns.name),
