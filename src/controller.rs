@@ -273,11 +273,20 @@ pub async fn run(
         engine.set_namespace_labels(now, ns, labels.clone());
     }
     let (tx, rx) = tokio::sync::mpsc::channel(INTENT_CHANNEL);
-    let writer = Writer::new(client.clone(), config.writer, metrics.clone(), fence);
+    let writer = Writer::new(
+        client.clone(),
+        config.writer,
+        metrics.clone(),
+        fence.clone(),
+    );
     let (stop_writer, writer_stop) = tokio::sync::oneshot::channel();
     let writer = tokio::spawn(writer.run(rx, writer_stop, config.drain, health.clone()));
     // Stopping before the end of the restore leaves nothing to write: the writer is told at once.
-    let writer = AbortOnDrop(Some(writer));
+    let mut writer = AbortOnDrop {
+        task: Some(writer),
+        fence,
+        writing: false,
+    };
 
     let mut steps = raw_events(
         scoped(&client, &config.namespace),
@@ -296,6 +305,8 @@ pub async fn run(
         stop = &mut shutdown => return Ok(stop),
     };
     let mut restart = Some(restart);
+    // From here on intents reach the writer: an early return abandons what it has in flight.
+    writer.writing = true;
     // How far the engine's input is known to be complete: the lifecycle clock never runs past it, so
     // that a loop is not finished while its occurrences are held up in a silent connection.
     let mut current = Currency::default();
@@ -363,24 +374,36 @@ pub async fn run(
     // The writer hears this even when its queue is full and it takes no intents.
     let _ = stop_writer.send(());
     drop(tx);
-    let mut writer = writer;
-    match (stop, writer.0.take()) {
-        (Stop::Graceful, Some(writer)) => {
+    match (stop, writer.task.take()) {
+        (Stop::Graceful, Some(task)) => {
             tracing::info!("shutting down: flushing pending writes");
-            writer.await?;
+            if let Err(e) = task.await {
+                // The writer died (a panic) with whatever it had in flight.
+                writer.fence.abandoned();
+                return Err(e.into());
+            }
         }
-        (_, Some(writer)) => writer.abort(),
+        (_, Some(task)) => task.abort(),
         (_, None) => {}
     }
     Ok(stop)
 }
 
-/// The writer task, aborted if the controller returns early (a stop during the restore).
-struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+/// The writer task, aborted if the controller returns early (a stop or an error). Once the restore is
+/// over the writer may have requests in flight: aborting it then abandons them, which the fence is
+/// told, so that the Lease is left to expire rather than released.
+struct AbortOnDrop {
+    task: Option<tokio::task::JoinHandle<()>>,
+    fence: WriteFence,
+    writing: bool,
+}
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
-        if let Some(task) = self.0.take() {
+        if let Some(task) = self.task.take() {
+            if self.writing && !task.is_finished() {
+                self.fence.abandoned();
+            }
             task.abort();
         }
     }

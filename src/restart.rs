@@ -143,6 +143,7 @@ async fn restore_own_series(
     let started = Instant::now();
     let mut progress = Progress {
         last: started,
+        restarts: 0,
         timeout: bounds.restore_timeout,
         metrics,
         health,
@@ -156,7 +157,7 @@ async fn restore_own_series(
     let (mut rejected, mut list_rv) = (0u64, None::<u64>);
     loop {
         let asked = Instant::now();
-        let page = list_with_retry(api, &mut params, &progress).await?;
+        let page = list_with_retry(api, &mut params, &mut progress).await?;
         progress.last = Instant::now();
         progress.health.restore_progress(Some(progress.last));
         sizes.measured(paging::largest(&page.items));
@@ -235,7 +236,16 @@ pub enum RestoreError {
          series objects arrived"
     )]
     Stuck(Duration),
+    #[error(
+        "the list of own series objects was started over {0} times (expired continue tokens, none \
+         offered) without reaching its end"
+    )]
+    Restarts(u32),
 }
+
+/// How often the own-series list may start over when a continue token expired and the API server
+/// offered none to go on from (a real API server offers one; each start over restores idempotently).
+const MAX_LIST_RESTARTS: u32 = 5;
 
 /// Lists one page, retrying throttling and server errors with backoff (a restart in a busy cluster
 /// must not fail on a 429), until `progress.timeout` has passed since the last page.
@@ -251,7 +261,7 @@ pub enum RestoreError {
 async fn list_with_retry(
     api: &Api<Event>,
     params: &mut ListParams,
-    progress: &Progress<'_>,
+    progress: &mut Progress<'_>,
 ) -> Result<kube::core::ObjectList<Event>, RestoreError> {
     let mut delays = crate::retry::delays(Duration::from_millis(200), Duration::from_secs(30));
     loop {
@@ -272,22 +282,27 @@ async fn list_with_retry(
                     );
                     params.continue_token = Some(token);
                 }
-                None => {
+                None if progress.restarts < MAX_LIST_RESTARTS => {
+                    progress.restarts += 1;
                     tracing::warn!(
+                        restarts = progress.restarts,
                         "continue token of the own-series list expired and none was offered; listing again from the start"
                     );
                     params.continue_token = None;
                 }
+                None => return Err(RestoreError::Restarts(MAX_LIST_RESTARTS)),
             }
-            continue;
         }
         let left = progress.timeout.saturating_sub(progress.last.elapsed());
         if left.is_zero() {
             return Err(RestoreError::Stuck(progress.timeout));
         }
-        // The last try comes at the bound itself.
+        // The last try comes at the bound itself. An expired token is tried again with backoff
+        // too: a server that answers 410 to every continuation cannot make this loop spin.
         let retry_in = delays.next().unwrap_or(Duration::from_secs(30)).min(left);
-        tracing::warn!(error = %e, ?retry_in, "listing own series objects failed; retrying");
+        if !matches!(&e, kube::Error::Api(s) if s.code == 410) {
+            tracing::warn!(error = %e, ?retry_in, "listing own series objects failed; retrying");
+        }
         tokio::time::sleep(retry_in).await;
     }
 }
@@ -296,6 +311,8 @@ async fn list_with_retry(
 struct Progress<'a> {
     /// When the last page arrived (or the restore started).
     last: Instant,
+    /// Times the list started over.
+    restarts: u32,
     timeout: Duration,
     metrics: &'a Metrics,
     health: &'a Health,

@@ -21,7 +21,8 @@
 //! | any | read: no Lease, first seen missing a lease duration ago or more | `Decision::Create` |
 //! | any | read: no Lease, missing for less than a lease duration | `Decision::Wait` |
 //! | any | read: another holder, its record changed less than the lease duration ago | `Decision::Wait` |
-//! | any | read: released (no holder, 1 s), expired, or ours | `Decision::Update` (with the resourceVersion read) |
+//! | any | read: released (no holder, 1 s), expired, or ours (written by this process) | `Decision::Update` (with the resourceVersion read) |
+//! | standby | read: our identity, written by an earlier process of it (a restarted container) | waited out like another holder's |
 //! | leading | read: another holder | fenced at once |
 //! | any | our create or update succeeded, sent at `t` | leading until `t + renew_deadline` |
 //! | leading | no successful renewal by `t + renew_deadline` | fenced |
@@ -231,7 +232,10 @@ impl Elector {
             }
             return Decision::Create(ours(Some(wall), 0));
         };
-        let mine = record.holder == self.identity;
+        // Ours only if this process wrote it: a Lease that names our identity but was written by an
+        // earlier process of it (a restarted container keeps its pod's name) is waited out like any
+        // other holder's, since that process's last requests may still be on their way.
+        let mine = record.holder == self.identity && self.renewed.is_some();
         // Released by its holder (no holder, a one-second lease, as `release` writes it): free now.
         let released = record.holder.is_empty() && record.lease_duration_secs <= 1;
         if !released && !mine {
@@ -454,6 +458,24 @@ mod tests {
     }
 
     #[test]
+    fn a_lease_of_our_identity_from_an_earlier_process_is_waited_out() {
+        let t0 = Instant::now();
+        let wall = Timestamp::now();
+        // A restarted container: same identity, a fresh process that wrote nothing yet.
+        let mut e = Elector::new("a", Timings::default());
+        e.observe(t0, Some(("9".into(), record("a", 15))));
+        assert_eq!(
+            e.decide(t0 + secs(14), wall),
+            Decision::Wait,
+            "the earlier process's requests may still be on their way"
+        );
+        let Decision::Update { record: r, .. } = e.decide(t0 + secs(15), wall) else {
+            panic!("expired")
+        };
+        assert_eq!(r.transitions, 4, "a new term");
+    }
+
+    #[test]
     fn a_renewal_round_may_take_until_the_renew_deadline() {
         let t0 = Instant::now();
         let mut e = Elector::new("a", Timings::default());
@@ -540,6 +562,7 @@ mod tests {
         let mut e = Elector::new("a", Timings::default());
         let mut mine = record("a", 15);
         mine.acquire_time = Some(wall - k8s_openapi::jiff::SignedDuration::from_secs(100));
+        e.written(t0, "8".into(), mine.clone());
         e.observe(t0, Some(("9".into(), mine.clone())));
         let Decision::Update { record: r, .. } = e.decide(t0, wall) else {
             panic!()

@@ -326,6 +326,9 @@ async fn campaign(
 ) {
     let timings = config.timings;
     let mut must_read = true;
+    // Conflicts in a row: the first is read again at once, later ones wait their turn, so that a
+    // client rewriting the Lease faster than a round trip cannot drive a busy loop.
+    let mut conflicts = 0u32;
     loop {
         let now = Instant::now();
         let (leading, blind, deadline) = {
@@ -351,6 +354,7 @@ async fn campaign(
             Round::Done
         };
         must_read = matches!(round, Round::Conflict);
+        conflicts = if must_read { conflicts + 1 } else { 0 };
         let now = Instant::now();
         let (leading, renew_by) = {
             let e = lock(&elector);
@@ -361,7 +365,7 @@ async fn campaign(
             metrics.leader.set(1);
             let _ = role.send(Role::Leading);
         }
-        if must_read || (!leading && *role.borrow() == Role::Leading) {
+        if (must_read && conflicts == 1) || (!leading && *role.borrow() == Role::Leading) {
             // A conflict is read at once; a fence that closed during this round is reported now,
             // not a retry period later.
             continue;

@@ -249,8 +249,12 @@ impl Writer {
         if answer != Answer::NotSent {
             self.metrics.request_code(job.verb.as_str(), &answer.code());
         }
-        if matches!(answer, Answer::Timeout | Answer::Transport(_)) {
-            // Given up without an answer: the server may still carry it out.
+        if matches!(
+            answer,
+            Answer::Timeout | Answer::Transport(_) | Answer::Status { code: 500.., .. }
+        ) {
+            // Given up without an answer, or answered by a server error whose outcome is unknown
+            // (a 504 of a proxy, "etcdserver: request timed out"): the write may still land.
             self.fence.abandoned();
         }
         let (namespace, name) = (&job.target.namespace, &job.target.name);

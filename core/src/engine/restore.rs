@@ -30,7 +30,7 @@ use super::storage::{Dormant, Micros, Series, Sources, Src, Tally, micros};
 use crate::intent::{FinishCause, Intent, MAX_SOURCES, SeriesState, StoredSeries, WriteKind};
 use crate::key::{KeyId, Observation, RawId};
 use chrono::{DateTime, Utc};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// What the stored series objects of one key say about its raw objects: each recorded source count
 /// was absorbed; and, when an object's sources were full (older ones pushed out), every raw state up
@@ -64,6 +64,9 @@ pub(super) struct Recovery {
     /// can never stand for another namespace's raw events (their ids are public, the claim's
     /// namespace is checked by `decode`).
     raws: HashMap<Box<str>, HashMap<RawId, RawEvidence>>,
+    /// Older objects of a key already finished as superseded (key, start): one read again is not
+    /// finished twice.
+    superseded: HashSet<(KeyId, Micros)>,
 }
 
 impl Recovery {
@@ -175,14 +178,29 @@ impl Engine {
             // Two Ongoing objects for one key (a lost Finish write): keep the newer, finish the older
             // so that it is not left Ongoing forever.
             Some(existing) if existing.tally.first >= series.tally.first => {
-                self.finish(now, slot_idx, id, series, FinishCause::Gap);
+                self.supersede(now, slot_idx, id, series);
             }
             _ => {
                 if let Some(older) = self.slots[slot_idx].series.remove(ns, &id) {
-                    self.finish(now, slot_idx, id, older, FinishCause::Gap);
+                    self.supersede(now, slot_idx, id, older);
                 }
                 self.insert_series(now, slot_idx, id, series);
             }
+        }
+    }
+
+    /// Finishes the older of two Ongoing objects of one key (a lost Finish write), once, however
+    /// often the list serves it.
+    fn supersede(&mut self, now: DateTime<Utc>, slot_idx: usize, id: KeyId, older: Series) {
+        let first = older.tally.first;
+        let again = self
+            .recovery
+            .as_mut()
+            .is_some_and(|r| !r.superseded.insert((id, first)));
+        if again {
+            self.keys.remove(older.tally.key);
+        } else {
+            self.finish(now, slot_idx, id, older, FinishCause::Gap);
         }
     }
 
@@ -278,6 +296,25 @@ mod tests {
         assert_eq!(active.len(), 1);
         assert_eq!(active[0].count, 5, "counted once");
         assert_eq!(engine.take_intents(), [], "nothing new to write");
+    }
+
+    #[test]
+    fn an_older_object_read_again_is_finished_once() {
+        let mut engine = Engine::with_settings(Settings::default());
+        let now = t0() + TimeDelta::minutes(12);
+        let newer = t0() + TimeDelta::minutes(10);
+        engine.begin_recovery();
+        engine.restore(now, stored(t0()));
+        engine.restore(now, stored(newer));
+        // A list started over (its continue token expired, none offered) serves the older again.
+        engine.restore(now, stored(t0()));
+        let finished = engine.take_intents();
+        assert_eq!(
+            starts(&finished),
+            [(WriteKind::Finish(FinishCause::Gap), t0())]
+        );
+        assert_eq!(engine.stats().series_finished, 1);
+        assert_eq!(engine.active_series(), 1);
     }
 
     #[test]
