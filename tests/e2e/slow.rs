@@ -149,9 +149,12 @@ async fn a_restore_outlives_its_continue_tokens() -> Result<()> {
     )?;
     // Writes elsewhere move etcd's revision on, so that each compaction removes the list's snapshot.
     let churn = tokio::spawn(churn(client.clone(), ns.to_owned()));
+    // A log of this run's own: the fixed names of this test's cluster and namespace would otherwise
+    // find an earlier run's log lines.
+    let log = format!("restore-compacted-{}", std::process::id());
     let op = OPERATOR.spawn(
         &kc,
-        "restore-compacted",
+        &log,
         &["--namespace", ns, "--list-page-bytes", "1"],
     )?;
     let started = Instant::now();
