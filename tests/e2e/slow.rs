@@ -152,11 +152,7 @@ async fn a_restore_outlives_its_continue_tokens() -> Result<()> {
     // A log of this run's own: the fixed names of this test's cluster and namespace would otherwise
     // find an earlier run's log lines.
     let log = format!("restore-compacted-{}", std::process::id());
-    let op = OPERATOR.spawn(
-        &kc,
-        &log,
-        &["--namespace", ns, "--list-page-bytes", "1"],
-    )?;
+    let op = OPERATOR.spawn(&kc, &log, &["--namespace", ns, "--list-page-bytes", "1"])?;
     let started = Instant::now();
     while logged_at(&op, "own series objects restored").is_none() {
         if started.elapsed() > Duration::from_secs(300) {
