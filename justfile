@@ -100,6 +100,10 @@ bench-engine-compare base head="HEAD":
 bench-node: bench-build
     bash bench/node.sh
 
+# Two hours (SOAK_MINUTES) on a real node under churn: crash loops, the scheduler's and controller-manager's events, the leader Pod deleted every 20 min, the apiserver restarted twice; RSS, fds, threads, tasks per minute, every key checked (bench/soak.sh; Linux, root).
+bench-soak: bench-build
+    bash bench/soak.sh
+
 # Allocator comparison (docs/BENCHMARKS.md, Memory): bench-memory once per allocator variant (about 45 min).
 bench-allocators: bench-build
     bash bench/allocators.sh

@@ -70,6 +70,8 @@ pub struct Metrics {
     pub leader: Gauge,
     /// 1 while `/readyz` would answer 200: see [`Metrics::watch_readiness`].
     pub ready: Gauge,
+    /// Tokio tasks alive in this process: a leak of spawned tasks shows here first.
+    pub runtime_tasks: Gauge,
     pub writes_pending: Gauge,
     pub bookmarks: Counter,
     pub dropped: Family<DropLabels, Counter>,
@@ -238,6 +240,12 @@ impl Metrics {
              every 5 s",
             m.ready.clone(),
         );
+        r.register(
+            "runtime_tasks",
+            "Tokio tasks alive in this process (connections, watches, timers), refreshed every 5 s: \
+             flat once warm, or something leaks",
+            m.runtime_tasks.clone(),
+        );
     }
 
     pub fn request(&self, verb: &str, code: u16) {
@@ -289,6 +297,12 @@ impl Metrics {
                 every.tick().await;
                 let ok = health.readiness(std::time::Instant::now()).is_ok();
                 metrics.ready.set(i64::from(ok));
+                let tasks = tokio::runtime::Handle::current()
+                    .metrics()
+                    .num_alive_tasks();
+                metrics
+                    .runtime_tasks
+                    .set(i64::try_from(tasks).unwrap_or(i64::MAX));
             }
         })
     }
