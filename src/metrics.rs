@@ -54,6 +54,31 @@ pub struct AgeLabels {
     pub duration: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: &'static str,
+}
+
+/// Every `kind` of `write_latency_seconds`, exported from the start.
+pub const WRITE_KINDS: [&str; 3] = ["create", "heartbeat", "finish"];
+
+type LatencyFamily = Family<KindLabels, Histogram, fn() -> Histogram>;
+
+/// The histograms behind `event_series_write_latency_seconds{kind}`: 18 buckets from 10 ms, each
+/// twice the previous (the last bound is about 22 minutes), wide enough for a create answered at
+/// once and for a heartbeat held back by a slow API server for minutes.
+#[derive(Clone, Debug)]
+pub struct WriteLatency(pub LatencyFamily);
+
+impl Default for WriteLatency {
+    fn default() -> Self {
+        fn buckets() -> Histogram {
+            Histogram::new(exponential_buckets(0.01, 2.0, 18))
+        }
+        WriteLatency(Family::new_with_constructor(buckets))
+    }
+}
+
 /// Every metric the operator exports.
 #[derive(Default)]
 pub struct Metrics {
@@ -82,6 +107,8 @@ pub struct Metrics {
     pub ongoing_longer_than: Family<AgeLabels, Gauge>,
     /// `ingest_lag_seconds`: see [`Metrics::ingest_lag`].
     pub ingest_lag: IngestLag,
+    /// `write_latency_seconds{kind}`: see [`Metrics::write_latency`].
+    pub write_latency: WriteLatency,
     /// Engine counters already exported, so that [`Metrics::sync_engine`] adds only the growth.
     seen: SeenStats,
 }
@@ -219,6 +246,17 @@ impl Metrics {
              lastTimestamp) to the engine observing it from the watch",
             m.ingest_lag.0.clone(),
         );
+        for kind in WRITE_KINDS {
+            let _ = m.write_latency.0.get_or_create(&KindLabels { kind });
+        }
+        r.register(
+            "write_latency_seconds",
+            "Time from when a series write was owed to the API server's answer that wrote it, by \
+             kind: for a create from the occurrence that made the key a series, for a heartbeat \
+             from when it was due, for a finish from the moment the loop could be finished (last \
+             occurrence plus finishAfter; a gap or an eviction: when it happened)",
+            m.write_latency.0.clone(),
+        );
         r.register(
             "recovery_rejected",
             "Series objects not adopted at a restart because they failed a check (a copy from \
@@ -246,6 +284,20 @@ impl Metrics {
              flat once warm, or something leaks",
             m.runtime_tasks.clone(),
         );
+    }
+
+    /// A write landed `seconds` after it was owed (see `write_latency_seconds`).
+    pub fn write_latency(&self, kind: crate::intent::WriteKind, seconds: f64) {
+        use crate::intent::WriteKind;
+        let kind = match kind {
+            WriteKind::Create => WRITE_KINDS[0],
+            WriteKind::Heartbeat => WRITE_KINDS[1],
+            WriteKind::Finish(_) => WRITE_KINDS[2],
+        };
+        self.write_latency
+            .0
+            .get_or_create(&KindLabels { kind })
+            .observe(seconds.max(0.0));
     }
 
     pub fn request(&self, verb: &str, code: u16) {
@@ -428,6 +480,10 @@ mod tests {
             "event_series_recovery_rejected_total{reason=\"key_mismatch\"} 0",
             "event_series_fields_truncated_total 0",
             "event_series_ingest_lag_seconds_count 0",
+            "event_series_write_latency_seconds_count{kind=\"create\"} 0",
+            "event_series_write_latency_seconds_count{kind=\"heartbeat\"} 0",
+            "event_series_write_latency_seconds_count{kind=\"finish\"} 0",
+            "event_series_runtime_tasks 0",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

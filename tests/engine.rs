@@ -677,3 +677,51 @@ fn ongoing_ages_count_each_loop_by_how_long_it_has_lasted() {
     assert_eq!(sim.engine.active_series(), 0, "both finished");
     assert_eq!(sim.engine.ongoing_longer_than(sim.now, bounds), [0, 0, 0]);
 }
+
+#[test]
+fn each_write_says_since_when_it_is_owed() {
+    let mut sim = Sim::new(fast_settings());
+    sim.occur("a", "r1", "web-0", "BackOff", false);
+    sim.advance(secs(1), secs(1));
+    sim.occur("a", "r1", "web-0", "BackOff", false);
+    let create = sim.intents[0].clone();
+    assert_eq!(create.kind, WriteKind::Create);
+    assert_eq!(
+        create.due, sim.now,
+        "a create is owed from the occurrence that made it"
+    );
+    // Ticks 7 s apart: heartbeats and the finish are noticed late, and say since when they were owed.
+    let mut last = sim.now;
+    for _ in 0..30 {
+        sim.advance(secs(7), secs(7));
+        sim.occur("a", "r1", "web-0", "BackOff", false);
+        last = sim.now;
+    }
+    sim.advance(secs(70), secs(7));
+    let heartbeats: Vec<_> = sim
+        .intents
+        .iter()
+        .filter(|i| i.kind == WriteKind::Heartbeat)
+        .collect();
+    assert!(heartbeats.len() >= 2, "{heartbeats:?}");
+    for h in &heartbeats {
+        let late = h.series.written_at - h.due;
+        assert!(
+            late >= secs(0) && late < secs(7),
+            "heartbeat noticed {late} after it was due"
+        );
+    }
+    // Each heartbeat is due one interval after the one before was made.
+    assert_eq!(
+        heartbeats[1].due - heartbeats[0].series.written_at,
+        secs(60)
+    );
+    let fin = sim.intents.last().unwrap();
+    assert_eq!(fin.kind, WriteKind::Finish(FinishCause::Quiet));
+    assert_eq!(
+        fin.due,
+        last + secs(20),
+        "owed from the last occurrence plus finishAfter"
+    );
+    assert!(fin.series.written_at > fin.due, "noticed by a later tick");
+}

@@ -96,6 +96,11 @@ pub struct Snapshot {
 pub struct Intent {
     pub kind: WriteKind,
     pub series: Snapshot,
+    /// Since when this write has been owed, on the engine's clock: for a create, the arrival of the
+    /// occurrence that made the key a series; for a heartbeat, when it was due; for a quiet finish,
+    /// the last occurrence plus `finishAfter`; else the moment it was decided. What a reader waits,
+    /// so the shell measures a write's latency from here.
+    pub due: DateTime<Utc>,
 }
 
 /// A series as read back from its object, to rebuild the engine after a restart.

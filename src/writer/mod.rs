@@ -257,6 +257,13 @@ impl Writer {
             // (a 504 of a proxy, "etcdserver: request timed out"): the write may still land.
             self.fence.abandoned();
         }
+        if matches!(next(job.verb, &answer), Next::Done) {
+            let now = chrono::Utc::now();
+            for (kind, since) in job.owed.each() {
+                self.metrics
+                    .write_latency(kind, (now - since).as_seconds_f64());
+            }
+        }
         let (namespace, name) = (&job.target.namespace, &job.target.name);
         match self
             .queue

@@ -13,6 +13,7 @@ use super::fair::Fair;
 use super::{Answer, Next, Verb, next};
 use crate::intent::{Intent, WriteKind};
 use crate::object;
+use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,6 +43,59 @@ pub struct Job {
     /// Which state of the series this write carries; its answer names it back.
     pub seq: u64,
     pub intent: Intent,
+    /// The intents this write is the first to carry, each kind's oldest: a successful answer ends
+    /// their wait.
+    pub owed: Owed,
+}
+
+/// Since when each kind of write has been owed and not yet carried by a write, on the engine's
+/// clock ([`Intent::due`]). One entry per kind, so that a heartbeat coalesced into a finish still
+/// ends both waits, and a superseded intent keeps its own.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Owed {
+    pub create: Option<DateTime<Utc>>,
+    pub heartbeat: Option<DateTime<Utc>>,
+    pub finish: Option<DateTime<Utc>>,
+}
+
+impl Owed {
+    fn of(intent: &Intent) -> Owed {
+        let mut owed = Owed::default();
+        let slot = match intent.kind {
+            WriteKind::Create => &mut owed.create,
+            WriteKind::Heartbeat => &mut owed.heartbeat,
+            WriteKind::Finish(_) => &mut owed.finish,
+        };
+        *slot = Some(intent.due);
+        owed
+    }
+
+    /// Both, each kind owed since the earlier of the two.
+    fn merge(self, other: Owed) -> Owed {
+        let min = |a: Option<DateTime<Utc>>, b: Option<DateTime<Utc>>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Owed {
+            create: min(self.create, other.create),
+            heartbeat: min(self.heartbeat, other.heartbeat),
+            finish: min(self.finish, other.finish),
+        }
+    }
+
+    /// Each kind owed, with since when.
+    pub fn each(&self) -> impl Iterator<Item = (WriteKind, DateTime<Utc>)> {
+        [
+            (WriteKind::Create, self.create),
+            (WriteKind::Heartbeat, self.heartbeat),
+            (
+                WriteKind::Finish(crate::intent::FinishCause::Quiet),
+                self.finish,
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(kind, since)| Some((kind, since?)))
+    }
 }
 
 /// What an answer led to, for the shell's logs and metrics.
@@ -62,6 +116,8 @@ struct Pending {
     verb: Verb,
     /// Which intent this is ([`Queue::intents`] when it arrived); an answer names it back.
     seq: u64,
+    /// The intents no write has carried yet.
+    owed: Owed,
     delays: backon::ExponentialBackoff,
     in_flight: bool,
 }
@@ -136,6 +192,7 @@ impl Queue {
             if p.verb != Verb::Create {
                 p.verb = first_verb(intent.kind);
             }
+            p.owed = p.owed.merge(Owed::of(&intent));
             p.intent = intent;
             p.seq = seq;
             return;
@@ -144,6 +201,7 @@ impl Queue {
             target.clone(),
             Pending {
                 verb: first_verb(intent.kind),
+                owed: Owed::of(&intent),
                 intent,
                 seq,
                 delays: delays(),
@@ -170,6 +228,7 @@ impl Queue {
                     verb: p.verb,
                     seq: p.seq,
                     intent: p.intent.clone(),
+                    owed: std::mem::take(&mut p.owed),
                     target,
                 });
             }
@@ -184,6 +243,7 @@ impl Queue {
         {
             p.in_flight = false;
             self.in_flight -= 1;
+            p.owed = p.owed.merge(job.owed);
             self.schedule(job.target, now);
         }
     }
@@ -198,6 +258,11 @@ impl Queue {
             self.in_flight -= 1;
         }
         let newer = p.seq != job.seq;
+        let landed = matches!(next(job.verb, answer), Next::Done);
+        if !landed {
+            // Not written: what the job carried is still owed, since as long as before.
+            p.owed = p.owed.merge(job.owed);
+        }
         let settled = match next(job.verb, answer) {
             Next::Done if newer => {
                 // A newer state arrived meanwhile: the object exists now, update it.
@@ -277,7 +342,6 @@ mod tests {
     use crate::config::Settings;
     use crate::engine::Engine;
     use crate::intent::FinishCause;
-    use chrono::Utc;
 
     /// The create intent of a distinct series (one per pod), as the engine makes it, then given
     /// `kind` and `count`.
@@ -553,5 +617,55 @@ mod tests {
             again[0].intent.series.count, 12,
             "a rejection kept the newer state"
         );
+    }
+
+    /// `intent` owed since `secs` after the epoch of the test.
+    fn owed_at(mut i: Intent, secs: i64) -> Intent {
+        i.due = chrono::DateTime::UNIX_EPOCH + chrono::TimeDelta::seconds(secs);
+        i
+    }
+
+    fn since(job: &Job) -> Vec<(WriteKind, i64)> {
+        job.owed.each().map(|(k, t)| (k, t.timestamp())).collect()
+    }
+
+    #[test]
+    fn a_write_ends_the_wait_of_every_intent_it_is_the_first_to_carry() {
+        let t0 = Instant::now();
+        let mut q = Queue::new(100);
+        // A create superseded before it was sent keeps its wait: the write that follows ends both.
+        q.push(t0, owed_at(intent("a", WriteKind::Create, 2), 10));
+        q.push(t0, owed_at(intent("a", WriteKind::Heartbeat, 3), 20));
+        let job = q.take_due(t0, 10).remove(0);
+        let (create, heartbeat, quiet) = (
+            WriteKind::Create,
+            WriteKind::Heartbeat,
+            WriteKind::Finish(FinishCause::Quiet),
+        );
+        assert_eq!(since(&job), [(create, 10), (heartbeat, 20)]);
+        // Not written (a 503): both still owed since as long as before, carried by the retry.
+        q.answered(t0, &job, &status(503));
+        q.push(t0, owed_at(intent("a", WriteKind::Heartbeat, 4), 30));
+        let retry = q.take_due(t0 + Duration::from_secs(120), 10).remove(0);
+        assert_eq!(since(&retry), [(create, 10), (heartbeat, 20)]);
+        // Written while a newer state arrived: the patch that follows carries only the newer one.
+        q.push(
+            t0,
+            owed_at(intent("a", WriteKind::Finish(FinishCause::Quiet), 5), 40),
+        );
+        assert_eq!(
+            q.answered(t0, &retry, &status(201)),
+            Settled::Again {
+                after: Duration::ZERO
+            }
+        );
+        let patch = q.take_due(t0 + Duration::from_secs(120), 10).remove(0);
+        assert_eq!(since(&patch), [(quiet, 40)]);
+        // A job put back before it started gives its wait back too.
+        q.put_back(t0, patch);
+        let again = q.take_due(t0 + Duration::from_secs(120), 10).remove(0);
+        assert_eq!(since(&again), [(quiet, 40)]);
+        assert_eq!(q.answered(t0, &again, &status(200)), Settled::Done);
+        assert!(q.is_empty());
     }
 }

@@ -100,6 +100,25 @@ async fn writes_per_series_are_independent_of_occurrences() -> Result<()> {
         own as u64, writes,
         "the operator's count of its writes matches the apiserver's"
     );
+    // Every landed write ends one wait in write_latency_seconds: the create, then each patch.
+    let latency = |kind: &str| {
+        op.metric(&format!(
+            "event_series_write_latency_seconds_count{{kind=\"{kind}\"}}"
+        ))
+    };
+    let creates = op.metric("event_series_api_requests_total{verb=\"create\",code=\"201\"}");
+    let patches = op.metric("event_series_api_requests_total{verb=\"patch\",code=\"200\"}");
+    println!(
+        "write_latency_seconds counts: create {}, heartbeat {}, finish {}; creates {creates}, patches {patches}",
+        latency("create"),
+        latency("heartbeat"),
+        latency("finish")
+    );
+    assert_eq!(latency("create"), creates);
+    assert_eq!(latency("finish"), 1.0);
+    // A heartbeat coalesced into the create or the finish ends both waits with one write.
+    assert!(latency("heartbeat") + latency("finish") >= patches);
+    assert!(latency("heartbeat") + latency("finish") <= patches + 2.0);
     assert_eq!(done[0].metadata.labels.as_ref().map(|l| l.len()), Some(3));
     ns.cleanup().await
 }

@@ -62,7 +62,7 @@ impl Engine {
         };
         self.stats.series_started += 1;
         let snap = self.snapshot(id, &series, SeriesState::Ongoing, now);
-        self.push_intent(WriteKind::Create, snap);
+        self.push_intent(WriteKind::Create, snap, now);
         self.insert_series(now, slot_idx, id, series);
     }
 
@@ -111,10 +111,23 @@ impl Engine {
         s: Series,
         cause: FinishCause,
     ) {
+        self.finish_owed(now, now, slot_idx, id, s, cause);
+    }
+
+    /// [`Self::finish`] of a write owed since `due` (a quiet finish noticed late).
+    pub(super) fn finish_owed(
+        &mut self,
+        now: DateTime<Utc>,
+        due: DateTime<Utc>,
+        slot_idx: SlotIdx,
+        id: KeyId,
+        s: Series,
+        cause: FinishCause,
+    ) {
         self.stats.series_finished += 1;
         let snap = self.snapshot(id, &s, SeriesState::Finished, now);
         self.keys.remove(s.tally.key);
-        self.push_intent(WriteKind::Finish(cause), snap);
+        self.push_intent(WriteKind::Finish(cause), snap, due.min(now));
         let max = self.policies.settings(slot_idx).max_candidates();
         let t = s.tally;
         let dormant = Dormant {
@@ -154,8 +167,8 @@ impl Engine {
         KeyBuf::from_packed(self.keys.get(key))
     }
 
-    fn push_intent(&mut self, kind: WriteKind, series: Snapshot) {
-        self.intents.push(Intent { kind, series });
+    fn push_intent(&mut self, kind: WriteKind, series: Snapshot, due: DateTime<Utc>) {
+        self.intents.push(Intent { kind, series, due });
     }
 
     /// Advances the clock of the lifecycle: heartbeats and finishes that are due, and candidates
@@ -196,11 +209,12 @@ impl Engine {
         let finish_due = s.tally.seen() + settings.finish_after;
         if finish_due <= input {
             if let Some(ended) = slot.series.remove(ns, &id) {
-                self.finish(now, slot_idx, id, ended, FinishCause::Quiet);
+                self.finish_owed(now, finish_due, slot_idx, id, ended, FinishCause::Quiet);
             }
             return;
         }
-        let heartbeat = s.next_heartbeat() <= now;
+        let heartbeat_due = s.next_heartbeat();
+        let heartbeat = heartbeat_due <= now;
         if heartbeat {
             s.next_heartbeat = micros(now + settings.heartbeat_interval);
         }
@@ -214,7 +228,7 @@ impl Engine {
         s.timer_due = self.timers.arm(next, id, ns);
         if heartbeat && let Some(s) = self.slots[slot_idx].series.peek(ns, &id) {
             let snap = self.snapshot(id, s, SeriesState::Ongoing, now);
-            self.push_intent(WriteKind::Heartbeat, snap);
+            self.push_intent(WriteKind::Heartbeat, snap, heartbeat_due);
         }
     }
 }

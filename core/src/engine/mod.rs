@@ -478,6 +478,7 @@ impl Engine {
                     self.intents.push(Intent {
                         kind: WriteKind::Heartbeat,
                         series: snap,
+                        due: now,
                     });
                 }
                 self.insert_series(now, idx, id, s);

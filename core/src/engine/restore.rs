@@ -232,6 +232,7 @@ impl Engine {
                 self.intents.push(Intent {
                     kind: WriteKind::Heartbeat,
                     series: snap,
+                    due: now,
                 });
             }
         }
