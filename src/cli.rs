@@ -159,6 +159,11 @@ pub struct RunArgs {
     /// stored series object's times may lie before they are clamped to now at a restart.
     #[arg(long, default_value = "10m", value_parser = duration::parse_value)]
     pub clock_tolerance: TimeDelta,
+    /// The API server's --event-ttl (how long an Event lives after its last write). Heartbeats are
+    /// spaced out to the writer's rate (3/4 of --qps) but never put off past 3/4 of it, so that no
+    /// series object expires between two writes.
+    #[arg(long, default_value = "1h", value_parser = duration::parse_value)]
+    pub event_ttl: TimeDelta,
     /// Most raw events per page of a list (the first one, and a relist after 410 Gone).
     #[arg(long, default_value_t = 500)]
     pub list_page_size: u32,
@@ -230,6 +235,7 @@ impl RunArgs {
             watch_timeout_secs: self.watch_timeout_secs(),
             watch_bookmarks: !self.no_watch_bookmarks,
             clock_tolerance: self.clock_tolerance,
+            event_ttl: self.event_ttl,
             list_page_size: self.list_page_size,
             list_page_bytes: self.list_page_bytes,
             restore_timeout: self.restore_timeout,

@@ -46,6 +46,9 @@ pub struct ControllerConfig {
     pub watch_bookmarks: bool,
     /// See [`EngineConfig::clock_tolerance`].
     pub clock_tolerance: chrono::TimeDelta,
+    /// The API server's event TTL: bounds how far heartbeats are put off
+    /// ([`EngineConfig::heartbeat_ceiling`]) and how long lone keys are remembered.
+    pub event_ttl: chrono::TimeDelta,
     /// Most raw events per list page.
     pub list_page_size: u32,
     /// About how many bytes (of JSON) a list page may hold ([`crate::paging`]).
@@ -265,6 +268,11 @@ pub async fn run(
         policies.set().clone(),
         EngineConfig {
             clock_tolerance: config.clock_tolerance,
+            dormant_retention: config.event_ttl,
+            // A quarter of the writer's rate stays for creates and finishes, a quarter of the TTL
+            // for a heartbeat that waits in the writer's queue.
+            heartbeat_rate: config.writer.qps * 0.75,
+            heartbeat_ceiling: config.event_ttl * 3 / 4,
             ..EngineConfig::default()
         },
     );

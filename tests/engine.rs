@@ -725,3 +725,80 @@ fn each_write_says_since_when_it_is_owed() {
     );
     assert!(fin.series.written_at > fin.due, "noticed by a later tick");
 }
+
+/// `series` series created within 10 s with a 3-minute heartbeat, the engine's heartbeat share at
+/// `rate` a second (ceiling 4.5 minutes, 3/4 of a 6-minute event TTL), written by a simulated
+/// writer of 50 writes a second (first in, first out) for 30 simulated minutes: the longest time
+/// between two writes of one object as they land, and the heartbeat writes made.
+fn heartbeat_load(series: usize, rate: f64) -> (TimeDelta, usize) {
+    let settings = Settings {
+        heartbeat_interval: TimeDelta::minutes(3),
+        finish_after: TimeDelta::hours(2),
+        series_window: TimeDelta::hours(2),
+        ..Settings::default()
+    };
+    let mut engine = Engine::new(
+        PolicySet::uniform(settings),
+        EngineConfig {
+            heartbeat_rate: rate,
+            heartbeat_ceiling: TimeDelta::seconds(270),
+            ..Default::default()
+        },
+    );
+    let start = t0();
+    let mut queue = std::collections::VecDeque::new();
+    let mut landed = BTreeMap::new();
+    let (mut longest, mut heartbeats) = (TimeDelta::zero(), 0);
+    for s in 0..30 * 60 {
+        let now = start + secs(s);
+        if s < 10 {
+            for i in (s as usize * series / 10)..((s as usize + 1) * series / 10) {
+                feed_pod(&mut engine, i, 2, now);
+            }
+        }
+        engine.tick(now);
+        for intent in engine.take_intents() {
+            heartbeats += usize::from(intent.kind == WriteKind::Heartbeat);
+            queue.push_back(object::name_of(&intent.series));
+        }
+        for name in queue.drain(..queue.len().min(50)) {
+            if let Some(before) = landed.insert(name, now) {
+                longest = longest.max(now - before);
+            }
+        }
+    }
+    assert_eq!(landed.len(), series);
+    // An object whose last write is older than the end of the run has gone that long too.
+    let end = start + secs(30 * 60);
+    longest = landed
+        .values()
+        .map(|at| end - *at)
+        .fold(longest, TimeDelta::max);
+    (longest, heartbeats)
+}
+
+/// #23: 10,000 series at a 3-minute heartbeat need 55.6 writes/s, more than a writer of 50. Paced,
+/// heartbeats are spaced up to the ceiling and every object is written again within the event TTL (6
+/// minutes); unpaced (an unlimited rate, as before), the writer falls further behind every round and
+/// objects expire between two writes.
+#[test]
+fn heartbeats_are_paced_to_the_writers_rate_within_the_event_ttl() {
+    let (paced, paced_writes) = heartbeat_load(10_000, 37.5);
+    let (unpaced, unpaced_writes) = heartbeat_load(10_000, f64::INFINITY);
+    println!(
+        "longest time between two landed writes of one object: paced {paced} ({paced_writes} \
+         heartbeats), unpaced {unpaced} ({unpaced_writes} heartbeats)"
+    );
+    assert!(
+        paced <= secs(360),
+        "paced: an object went {paced} without a write"
+    );
+    assert!(
+        paced > secs(180),
+        "stretched beyond the 3-minute interval: {paced}"
+    );
+    assert!(
+        unpaced > secs(360),
+        "unpaced, the writer falls behind: {unpaced}"
+    );
+}

@@ -53,10 +53,15 @@ impl Engine {
         let Some(tally) = self.slots[slot_idx].candidates.remove(ns, &id) else {
             return;
         };
+        // The first heartbeat in the last quarter of the interval, so that series created together
+        // do not heartbeat together, and at the writer's rate (see `pacing`).
         let interval = settings.heartbeat_interval;
+        let next_heartbeat = self
+            .pacer
+            .book(now + interval - jitter(id, interval / 4), now);
         let series = Series {
             tally,
-            next_heartbeat: micros(now + interval - jitter(id, interval / 4)),
+            next_heartbeat: micros(next_heartbeat),
             timer_due: 0,
             restored: None,
         };
@@ -188,6 +193,7 @@ impl Engine {
         }
         let input = input.min(now);
         self.clock = Some(micros(input));
+        self.pacer.forget_before(now);
         self.expire_candidates(input);
         while let Some(timer) = self.timers.pop_due(now) {
             self.fire(now, input, timer.id, timer.ns, timer.due);
@@ -216,7 +222,7 @@ impl Engine {
         let heartbeat_due = s.next_heartbeat();
         let heartbeat = heartbeat_due <= now;
         if heartbeat {
-            s.next_heartbeat = micros(now + settings.heartbeat_interval);
+            s.next_heartbeat = micros(self.pacer.book(now + settings.heartbeat_interval, now));
         }
         // A finish held back by the input is looked at again on the next tick.
         let finish_check = if finish_due <= now {

@@ -60,6 +60,7 @@ mod candidates;
 mod counting;
 mod lifecycle;
 mod namespaces;
+mod pacing;
 mod restore;
 mod storage;
 mod timers;
@@ -104,6 +105,13 @@ pub struct EngineConfig {
     /// occurrence (see the module docs, Clocks); also how far in the future a stored series object's
     /// times may lie before they are clamped to now.
     pub clock_tolerance: TimeDelta,
+    /// Heartbeats per second the writer can spend (a share of its rate limit): more fall due in no
+    /// second; a burst, or more series than `heartbeatInterval` allows at this rate, is spaced out
+    /// instead of queueing beyond the writer (see the `pacing` module).
+    pub heartbeat_rate: f64,
+    /// The longest a heartbeat is ever put off by that spacing, after the series' last write: below
+    /// the API server's event TTL, so that no series object expires between two writes.
+    pub heartbeat_ceiling: TimeDelta,
 }
 
 impl Default for EngineConfig {
@@ -112,6 +120,10 @@ impl Default for EngineConfig {
             raw_capacity: 262_144,
             dormant_retention: TimeDelta::hours(1),
             clock_tolerance: TimeDelta::minutes(10),
+            // 3/4 of the writer's default 50 per second, 3/4 of the default event TTL (1h): the
+            // default bound, 100,000 series, then heartbeats every 45 minutes at 37 per second.
+            heartbeat_rate: 37.5,
+            heartbeat_ceiling: TimeDelta::minutes(45),
         }
     }
 }
@@ -148,6 +160,8 @@ pub struct Engine {
     raw: RawCounts,
     keys: KeyStore,
     timers: Timers,
+    /// When heartbeats fall due, at most `heartbeat_rate` a second.
+    pacer: pacing::Pacer,
     watermark: u64,
     pending_watermark: u64,
     /// The lifecycle clock: the time of the last tick. An occurrence is stale when it is older than
@@ -171,6 +185,7 @@ impl Engine {
             raw: RawCounts::new(config.raw_capacity),
             keys: KeyStore::new(),
             timers: Timers::default(),
+            pacer: pacing::Pacer::new(config.heartbeat_rate, config.heartbeat_ceiling),
             watermark: 0,
             pending_watermark: 0,
             clock: None,

@@ -155,11 +155,16 @@ impl Engine {
             same.restored = same.restored.max(Some(p.count));
             return;
         }
-        // Next heartbeat one interval after the last write, but never all restored series at once.
+        // Next heartbeat one interval after the last write, but never all restored series at once,
+        // and at the writer's rate (see `pacing`).
         let spread = now + jitter(id, interval / 8);
         let mut sources: Sources = p.sources.iter().take(MAX_SOURCES).map(Src::of).collect();
         sources.shrink_to_fit();
-        let next_heartbeat = p.last_write.map_or(spread, |w| (w + interval).max(spread));
+        let written = p.last_write.map_or(now, |w| w.min(now));
+        let next_heartbeat = self.pacer.book(
+            p.last_write.map_or(spread, |w| (w + interval).max(spread)),
+            written,
+        );
         let series = Series {
             tally: Tally {
                 key: self.keys.insert_packed(p.key.packed()),
