@@ -104,6 +104,10 @@ bench-node: bench-build
 bench-soak: bench-build
     bash bench/soak.sh
 
+# The default bound, scaled by ten: 10,000 series at a 3-minute heartbeat, default --qps, 6-minute event TTL, 15 min; no object may expire between two writes (bench/heartbeats.sh).
+bench-heartbeats: bench-build
+    bash bench/heartbeats.sh
+
 # Allocator comparison (docs/BENCHMARKS.md, Memory): bench-memory once per allocator variant (about 45 min).
 bench-allocators: bench-build
     bash bench/allocators.sh
