@@ -114,6 +114,9 @@ pub struct RunArgs {
     /// Default heartbeatInterval where no EventSeriesPolicy applies.
     #[arg(long, default_value = "30m", value_parser = duration::parse_value)]
     pub heartbeat_interval: TimeDelta,
+    /// Default firstRefresh where no EventSeriesPolicy applies (0: no early refreshes).
+    #[arg(long, default_value = "1m", value_parser = duration::parse_value_or_off)]
+    pub first_refresh: TimeDelta,
     /// Default finishAfter where no EventSeriesPolicy applies.
     #[arg(long, default_value = "6m", value_parser = duration::parse_value)]
     pub finish_after: TimeDelta,
@@ -210,6 +213,7 @@ impl RunArgs {
     pub fn settings(&self) -> Settings {
         Settings {
             heartbeat_interval: self.heartbeat_interval,
+            first_refresh: self.first_refresh,
             finish_after: self.finish_after,
             series_window: self.series_window,
             ..Settings::default()

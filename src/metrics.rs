@@ -291,7 +291,8 @@ impl Metrics {
         use crate::intent::WriteKind;
         let kind = match kind {
             WriteKind::Create => WRITE_KINDS[0],
-            WriteKind::Heartbeat => WRITE_KINDS[1],
+            // An early refresh is a heartbeat come early: one kind for the reader's wait.
+            WriteKind::Refresh | WriteKind::Heartbeat => WRITE_KINDS[1],
             WriteKind::Finish(_) => WRITE_KINDS[2],
         };
         self.write_latency

@@ -15,8 +15,15 @@ fn run(new_style_event: bool) {
         sim.advance(TimeDelta::seconds(1), TimeDelta::seconds(1));
     }
     sim.advance(TimeDelta::minutes(10), TimeDelta::seconds(1));
-    let (creates, heartbeats, finishes) = sim.count_kinds();
+    let (creates, rewrites, finishes) = sim.count_kinds();
+    let refreshes = sim
+        .intents
+        .iter()
+        .filter(|i| i.kind == WriteKind::Refresh)
+        .count();
+    let heartbeats = rewrites - refreshes;
     assert_eq!(creates, 1);
+    assert_eq!(refreshes, 5, "early refreshes at 1, 2, 4, 8 and 16 minutes");
     assert!(
         (47..=48).contains(&heartbeats),
         "{heartbeats} heartbeats in 24h at a 30m interval"

@@ -802,3 +802,120 @@ fn heartbeats_are_paced_to_the_writers_rate_within_the_event_ttl() {
         "unpaced, the writer falls behind: {unpaced}"
     );
 }
+
+/// A loop of one occurrence every 10 s for `minutes`, with the SPEC defaults but `first_refresh`;
+/// optionally restarted at `restart_at` minutes. The writes as (kind, seconds after the loop's
+/// first occurrence, count written), and the occurrences fed.
+fn ten_second_loop(
+    first_refresh: TimeDelta,
+    minutes: i64,
+    restart_at: Option<i64>,
+) -> (Vec<(WriteKind, i64, u64)>, u64) {
+    let mut sim = Sim::new(Settings {
+        first_refresh,
+        ..Settings::default()
+    });
+    let start = sim.now;
+    for i in 0..minutes * 6 {
+        if restart_at == Some(i / 6) && i % 6 == 0 {
+            sim.restart();
+        }
+        sim.occur("prod", "crash", "api-0", "BackOff", false);
+        sim.advance(secs(10), secs(1));
+    }
+    sim.advance(TimeDelta::minutes(10), secs(1));
+    let writes = sim
+        .intents
+        .iter()
+        .map(|i| {
+            (
+                i.kind,
+                (i.series.written_at - start).num_seconds(),
+                i.series.count,
+            )
+        })
+        .collect();
+    (writes, sim.fed)
+}
+
+fn at_of(writes: &[(WriteKind, i64, u64)], kind: WriteKind) -> Vec<i64> {
+    writes.iter().filter(|w| w.0 == kind).map(|w| w.1).collect()
+}
+
+/// #26: written at the start, then 1, 2, 4, 8 and 16 minutes after it, then by the heartbeat
+/// every 30 minutes; each refresh carries every occurrence up to it.
+#[test]
+fn early_refreshes_double_until_the_heartbeat_takes_over() {
+    let (writes, fed) = ten_second_loop(TimeDelta::minutes(1), 120, None);
+    assert_eq!(at_of(&writes, WriteKind::Create), [10]);
+    assert_eq!(at_of(&writes, WriteKind::Refresh), [60, 120, 240, 480, 960]);
+    for (kind, at, count) in &writes {
+        if *kind == WriteKind::Refresh {
+            // One occurrence every 10 s from 0; the tick at `at` comes before that second's.
+            assert_eq!(*count, (*at / 10) as u64, "refresh at {at}s");
+        }
+    }
+    let heartbeats = at_of(&writes, WriteKind::Heartbeat);
+    assert_eq!(heartbeats.len(), 4, "{heartbeats:?}");
+    assert!(
+        (10 + 22 * 60 + 30..=10 + 30 * 60).contains(&heartbeats[0]),
+        "{heartbeats:?}"
+    );
+    assert!(
+        heartbeats.windows(2).all(|w| w[1] - w[0] == 30 * 60),
+        "{heartbeats:?}"
+    );
+    let last = writes.last().unwrap();
+    assert_eq!(
+        (last.0, last.2),
+        (WriteKind::Finish(FinishCause::Quiet), fed)
+    );
+
+    // Off: the same writes without the refreshes.
+    let (off, _) = ten_second_loop(TimeDelta::zero(), 120, None);
+    let without: Vec<_> = writes
+        .iter()
+        .filter(|w| w.0 != WriteKind::Refresh)
+        .cloned()
+        .collect();
+    assert_eq!(off, without);
+}
+
+#[test]
+fn a_refresh_with_nothing_new_is_skipped() {
+    let mut sim = Sim::new(Settings::default());
+    // Six occurrences in 50 s, then silence: the 1-minute refresh has news, the 2- and 4-minute
+    // ones have none; the finish comes finishAfter (6m) after the last occurrence.
+    for _ in 0..6 {
+        sim.occur("prod", "crash", "api-0", "BackOff", false);
+        sim.advance(secs(10), secs(1));
+    }
+    sim.advance(TimeDelta::minutes(10), secs(1));
+    let kinds: Vec<_> = sim
+        .intents
+        .iter()
+        .map(|i| (i.kind, i.series.count))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (WriteKind::Create, 2),
+            (WriteKind::Refresh, 6),
+            (WriteKind::Finish(FinishCause::Quiet), 6)
+        ]
+    );
+}
+
+/// A restart in the middle of the doubling schedule neither repeats a refresh nor skips one, and
+/// the counts stay exact.
+#[test]
+fn a_restart_mid_schedule_goes_on_with_the_next_refresh() {
+    let (writes, fed) = ten_second_loop(TimeDelta::minutes(1), 40, Some(5));
+    assert_eq!(at_of(&writes, WriteKind::Refresh), [60, 120, 240, 480, 960]);
+    assert_eq!(at_of(&writes, WriteKind::Create), [10]);
+    let last = writes.last().unwrap();
+    assert_eq!(
+        (last.0, last.2),
+        (WriteKind::Finish(FinishCause::Quiet), fed)
+    );
+}

@@ -36,7 +36,9 @@ proptest! {
                     prop_assert!(names.insert(name.clone()), "a series name was reused");
                     active.insert(i.series.id, name);
                 }
-                WriteKind::Heartbeat => prop_assert_eq!(active.get(&i.series.id), Some(&name)),
+                WriteKind::Refresh | WriteKind::Heartbeat => {
+                    prop_assert_eq!(active.get(&i.series.id), Some(&name))
+                }
                 WriteKind::Finish(_) => {
                     prop_assert_eq!(active.remove(&i.series.id), Some(name));
                 }

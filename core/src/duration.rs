@@ -50,6 +50,33 @@ pub fn parse_value(value: &str) -> Result<TimeDelta, DurationError> {
     TimeDelta::from_std(d).map_err(|e| bad(&e.to_string()))
 }
 
+/// [`parse_value`], or zero for `0` or any zero duration (`0s`, `0m`): a setting that can be off.
+pub fn parse_value_or_off(value: &str) -> Result<TimeDelta, DurationError> {
+    if value.trim() == "0" {
+        return Ok(TimeDelta::zero());
+    }
+    match parse_value(value) {
+        Err(DurationError::TooShort(v)) => {
+            let d: kube_core::Duration =
+                value.trim().parse().map_err(|e| DurationError::Syntax {
+                    value: v.clone(),
+                    reason: format!("{e}"),
+                })?;
+            if Duration::from(d).is_zero() {
+                Ok(TimeDelta::zero())
+            } else {
+                Err(DurationError::TooShort(v))
+            }
+        }
+        other => other,
+    }
+}
+
+/// [`parse_value_or_off`] for a field of a policy.
+pub fn parse_or_off(field: &'static str, value: &str) -> Result<TimeDelta, SettingsError> {
+    parse_value_or_off(value).map_err(|e| to_settings_error(field, e))
+}
+
 /// The same as a `std` duration (never negative).
 pub fn parse_std(value: &str) -> Result<Duration, DurationError> {
     parse_value(value).map(|d| d.to_std().unwrap_or(MIN))
@@ -57,7 +84,11 @@ pub fn parse_std(value: &str) -> Result<Duration, DurationError> {
 
 /// Parses a duration for `field` (a CRD field path, named in the error).
 pub fn parse(field: &'static str, value: &str) -> Result<TimeDelta, SettingsError> {
-    parse_value(value).map_err(|e| match e {
+    parse_value(value).map_err(|e| to_settings_error(field, e))
+}
+
+fn to_settings_error(field: &'static str, e: DurationError) -> SettingsError {
+    match e {
         DurationError::Syntax { value, reason } => SettingsError::BadDuration {
             field,
             value,
@@ -65,7 +96,7 @@ pub fn parse(field: &'static str, value: &str) -> Result<TimeDelta, SettingsErro
         },
         DurationError::TooShort(value) => SettingsError::TooShort { field, value },
         DurationError::TooLong(value) => SettingsError::TooLong { field, value },
-    })
+    }
 }
 
 /// `DURATION_PATTERN`, with numbers of at most [`MAX_DIGITS`] digits.
@@ -158,5 +189,25 @@ mod tests {
                 "{v:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_setting_that_can_be_off_takes_zero() {
+        for off in ["0", "0s", "0m", " 0h0s "] {
+            assert_eq!(parse_value_or_off(off), Ok(TimeDelta::zero()), "{off}");
+        }
+        assert_eq!(parse_value_or_off("90s"), Ok(TimeDelta::seconds(90)));
+        assert!(matches!(
+            parse_value_or_off("500ms"),
+            Err(DurationError::TooShort(_))
+        ));
+        assert!(matches!(
+            parse_value_or_off("00"),
+            Err(DurationError::Syntax { .. })
+        ));
+        assert!(matches!(
+            parse_value_or_off("-1s"),
+            Err(DurationError::Syntax { .. })
+        ));
     }
 }

@@ -59,6 +59,9 @@ pub enum FinishCause {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WriteKind {
     Create,
+    /// An early rewrite of a young series with what happened since its last write (see
+    /// `Settings::first_refresh`): the first write to be put off when the writer is behind.
+    Refresh,
     Heartbeat,
     Finish(FinishCause),
 }

@@ -10,6 +10,10 @@ use std::sync::Arc;
 pub struct Settings {
     /// How often an Ongoing series is rewritten, so its TTL never runs out.
     pub heartbeat_interval: TimeDelta,
+    /// When an Ongoing series is first rewritten after its start, then at twice that, four times,
+    /// ... while the step is shorter than `heartbeat_interval`, so that what a reader sees of a young
+    /// loop is at most about half its age old. Zero: no early refreshes.
+    pub first_refresh: TimeDelta,
     /// Quiet time after which a series is Finished.
     pub finish_after: TimeDelta,
     /// Largest gap between two occurrences of one series.
@@ -28,6 +32,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             heartbeat_interval: TimeDelta::minutes(30),
+            first_refresh: TimeDelta::minutes(1),
             finish_after: TimeDelta::minutes(6),
             series_window: TimeDelta::minutes(6),
             include_note: false,
@@ -39,6 +44,17 @@ impl Default for Settings {
 }
 
 impl Settings {
+    /// The early refresh of step `step` (0, 1, 2, ...): `first_refresh` times 2^step after the
+    /// start, while that step is shorter than the heartbeat interval; `None` past the last step or
+    /// with refreshes off.
+    pub fn refresh_after(&self, step: u8) -> Option<TimeDelta> {
+        if self.first_refresh <= TimeDelta::zero() || step >= 32 {
+            return None;
+        }
+        let after = self.first_refresh.checked_mul(1 << step)?;
+        (after < self.heartbeat_interval).then_some(after)
+    }
+
     /// Candidates (keys seen once) are bounded too: twice the series bound, at least 1,024.
     pub fn max_candidates(&self) -> usize {
         self.max_active_series.saturating_mul(2).max(1024)

@@ -15,6 +15,10 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 const AT_LEAST_1S: &str = "duration(self) >= duration('1s')";
+const ZERO_OR_AT_LEAST_1S: &str =
+    "self == '0' || duration(self) == duration('0s') || duration(self) >= duration('1s')";
+/// A duration, or a bare `0`.
+const FIRST_REFRESH_PATTERN: &str = r"^0$|^([0-9]+(ns|us|µs|ms|s|m|h))+$";
 
 /// How event-series turns the raw Events of the namespaces it selects into series. Each namespace is
 /// governed by exactly one policy: a policy with a namespaceSelector wins over one that selects every
@@ -46,6 +50,13 @@ pub struct EventSeriesPolicySpec {
     #[schemars(regex(pattern = DURATION_PATTERN), length(max = 32))]
     #[x_kube(validation = Rule::new(AT_LEAST_1S).message("must be at least 1s"))]
     pub heartbeat_interval: String,
+    /// When a young series is first rewritten after its start, then at twice that, four times, ...
+    /// while shorter than heartbeatInterval (each skipped when nothing new happened), so that what a
+    /// reader sees is at most about half the loop's age old. "0" turns them off.
+    #[serde(default = "default_first_refresh")]
+    #[schemars(regex(pattern = FIRST_REFRESH_PATTERN), length(max = 32))]
+    #[x_kube(validation = Rule::new(ZERO_OR_AT_LEAST_1S).message("must be 0 or at least 1s"))]
+    pub first_refresh: String,
     /// Quiet time after which a series is marked Finished.
     #[serde(default = "default_finish_after")]
     #[schemars(regex(pattern = DURATION_PATTERN), length(max = 32))]
@@ -80,6 +91,9 @@ pub struct EventSeriesPolicySpec {
 fn default_heartbeat() -> String {
     "30m".into()
 }
+fn default_first_refresh() -> String {
+    "1m".into()
+}
 fn default_finish_after() -> String {
     "6m".into()
 }
@@ -94,6 +108,7 @@ impl Default for EventSeriesPolicySpec {
     fn default() -> Self {
         EventSeriesPolicySpec {
             heartbeat_interval: default_heartbeat(),
+            first_refresh: default_first_refresh(),
             finish_after: default_finish_after(),
             series_window: default_series_window(),
             namespace_selector: None,

@@ -78,6 +78,7 @@ pub fn to_policy(name: &str, spec: &EventSeriesPolicySpec) -> Result<Policy, Set
                 "spec.heartbeatInterval",
                 &spec.heartbeat_interval,
             )?,
+            first_refresh: duration::parse_or_off("spec.firstRefresh", &spec.first_refresh)?,
             finish_after: duration::parse("spec.finishAfter", &spec.finish_after)?,
             series_window: duration::parse("spec.seriesWindow", &spec.series_window)?,
             include_note: spec.isomorphism.include_note,

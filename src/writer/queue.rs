@@ -54,6 +54,7 @@ pub struct Job {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Owed {
     pub create: Option<DateTime<Utc>>,
+    pub refresh: Option<DateTime<Utc>>,
     pub heartbeat: Option<DateTime<Utc>>,
     pub finish: Option<DateTime<Utc>>,
 }
@@ -63,6 +64,7 @@ impl Owed {
         let mut owed = Owed::default();
         let slot = match intent.kind {
             WriteKind::Create => &mut owed.create,
+            WriteKind::Refresh => &mut owed.refresh,
             WriteKind::Heartbeat => &mut owed.heartbeat,
             WriteKind::Finish(_) => &mut owed.finish,
         };
@@ -78,6 +80,7 @@ impl Owed {
         };
         Owed {
             create: min(self.create, other.create),
+            refresh: min(self.refresh, other.refresh),
             heartbeat: min(self.heartbeat, other.heartbeat),
             finish: min(self.finish, other.finish),
         }
@@ -87,6 +90,7 @@ impl Owed {
     pub fn each(&self) -> impl Iterator<Item = (WriteKind, DateTime<Utc>)> {
         [
             (WriteKind::Create, self.create),
+            (WriteKind::Refresh, self.refresh),
             (WriteKind::Heartbeat, self.heartbeat),
             (
                 WriteKind::Finish(crate::intent::FinishCause::Quiet),
@@ -95,6 +99,11 @@ impl Owed {
         ]
         .into_iter()
         .filter_map(|(kind, since)| Some((kind, since?)))
+    }
+
+    /// Only early refreshes are owed: the write may wait behind every other (see [`Queue`]).
+    fn deferrable(&self) -> bool {
+        self.create.is_none() && self.heartbeat.is_none() && self.finish.is_none()
     }
 }
 
@@ -120,6 +129,8 @@ struct Pending {
     owed: Owed,
     delays: backon::ExponentialBackoff,
     in_flight: bool,
+    /// Waits in [`Queue::deferred`] rather than [`Queue::waiting`].
+    deferred: bool,
 }
 
 fn delays() -> backon::ExponentialBackoff {
@@ -129,7 +140,7 @@ fn delays() -> backon::ExponentialBackoff {
 fn first_verb(kind: WriteKind) -> Verb {
     match kind {
         WriteKind::Create => Verb::Create,
-        WriteKind::Heartbeat | WriteKind::Finish(_) => Verb::Patch,
+        WriteKind::Refresh | WriteKind::Heartbeat | WriteKind::Finish(_) => Verb::Patch,
     }
 }
 
@@ -137,6 +148,10 @@ pub struct Queue {
     pending: HashMap<Arc<Target>, Pending>,
     /// The pending writes waiting for their due time (not in flight).
     waiting: Fair<Arc<Target>>,
+    /// The same for writes that only refresh a young series early: taken only when nothing in
+    /// `waiting` is due, so that under back-pressure they wait (and coalesce) first, never a
+    /// create, a heartbeat or a finish.
+    deferred: Fair<Arc<Target>>,
     /// Intents taken so far: each pending write's `seq`.
     intents: u64,
     capacity: usize,
@@ -150,6 +165,7 @@ impl Queue {
         Queue {
             pending: HashMap::new(),
             waiting: Fair::default(),
+            deferred: Fair::default(),
             intents: 0,
             capacity: capacity.max(1),
             in_flight: 0,
@@ -174,9 +190,28 @@ impl Queue {
         self.pending.len() >= self.capacity
     }
 
+    /// `target`'s pending write waits until `at`, in the lane its owed intents call for.
     fn schedule(&mut self, target: Arc<Target>, at: Instant) {
+        let Some(p) = self.pending.get_mut(&target) else {
+            return;
+        };
+        let deferred = p.verb != Verb::Create && p.owed.deferrable();
         let ns = target.namespace.clone();
-        self.waiting.schedule(&ns, target, at);
+        if deferred != p.deferred {
+            let from = if p.deferred {
+                &mut self.deferred
+            } else {
+                &mut self.waiting
+            };
+            from.remove(&ns, &target);
+            p.deferred = deferred;
+        }
+        let lane = if deferred {
+            &mut self.deferred
+        } else {
+            &mut self.waiting
+        };
+        lane.schedule(&ns, target, at);
     }
 
     /// Takes an intent: a new pending write due now, or the newer state of one already pending
@@ -195,6 +230,10 @@ impl Queue {
             p.owed = p.owed.merge(Owed::of(&intent));
             p.intent = intent;
             p.seq = seq;
+            if p.deferred && !p.owed.deferrable() && !p.in_flight {
+                // A refresh waiting behind everything became a heartbeat or a finish: it is due now.
+                self.schedule(target, now);
+            }
             return;
         }
         self.pending.insert(
@@ -206,6 +245,7 @@ impl Queue {
                 seq,
                 delays: delays(),
                 in_flight: false,
+                deferred: false,
             },
         );
         self.schedule(target, now);
@@ -213,15 +253,24 @@ impl Queue {
 
     /// When the next waiting write is due (`None`: none waits).
     pub fn next_due(&mut self) -> Option<Instant> {
-        self.waiting.next_due()
+        match (self.waiting.next_due(), self.deferred.next_due()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Up to `limit` writes due at `now`, marked in flight: one per namespace in turn, each
-    /// namespace's earliest first.
+    /// namespace's earliest first; early refreshes only when nothing else is due.
     pub fn take_due(&mut self, now: Instant, limit: usize) -> Vec<Job> {
         let mut jobs = Vec::new();
-        for target in self.waiting.take_due(now, limit) {
-            if let Some(p) = self.pending.get_mut(&target) {
+        let mut targets = self.waiting.take_due(now, limit);
+        if targets.len() < limit {
+            targets.extend(self.deferred.take_due(now, limit - targets.len()));
+        }
+        for target in targets {
+            if let Some(p) = self.pending.get_mut(&target)
+                && !p.in_flight
+            {
                 p.in_flight = true;
                 self.in_flight += 1;
                 jobs.push(Job {
@@ -331,6 +380,7 @@ impl Queue {
         if shrink {
             self.pending.shrink_to(len * 2);
             self.waiting.shrink();
+            self.deferred.shrink();
         }
         shrink
     }
@@ -667,5 +717,31 @@ mod tests {
         assert_eq!(since(&again), [(quiet, 40)]);
         assert_eq!(q.answered(t0, &again, &status(200)), Settled::Done);
         assert!(q.is_empty());
+    }
+
+    #[test]
+    fn early_refreshes_wait_behind_every_other_write() {
+        let t0 = Instant::now();
+        let mut q = Queue::new(100);
+        // Objects that exist (their creates done), then refreshes for a, b and a heartbeat for c.
+        for pod in ["a", "b", "c"] {
+            q.push(t0, intent(pod, WriteKind::Create, 2));
+        }
+        for job in q.take_due(t0, 10) {
+            assert_eq!(q.answered(t0, &job, &status(201)), Settled::Done);
+        }
+        q.push(t0, intent("a", WriteKind::Refresh, 3));
+        q.push(t0, intent("b", WriteKind::Refresh, 3));
+        let later = t0 + Duration::from_millis(5);
+        q.push(later, intent("c", WriteKind::Heartbeat, 3));
+        // c is due later than the refreshes, and still goes first.
+        assert_eq!(names(&q.take_due(later, 1)), [name("c")]);
+        // A refresh that becomes a finish before it is sent leaves the slow lane.
+        q.push(later, intent("b", WriteKind::Finish(FinishCause::Quiet), 4));
+        let next = q.take_due(later, 1);
+        assert_eq!(names(&next), [name("b")]);
+        assert_eq!(next[0].verb, Verb::Patch);
+        assert_eq!(names(&q.take_due(later, 10)), [name("a")]);
+        assert_eq!(q.next_due(), None);
     }
 }

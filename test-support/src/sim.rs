@@ -289,12 +289,13 @@ impl Sim {
         self.flush();
     }
 
+    /// Creates, heartbeats (early refreshes included) and finishes so far.
     pub fn count_kinds(&self) -> (usize, usize, usize) {
         let mut c = (0, 0, 0);
         for i in &self.intents {
             match i.kind {
                 WriteKind::Create => c.0 += 1,
-                WriteKind::Heartbeat => c.1 += 1,
+                WriteKind::Refresh | WriteKind::Heartbeat => c.1 += 1,
                 WriteKind::Finish(_) => c.2 += 1,
             }
         }

@@ -59,9 +59,12 @@ impl Engine {
         let next_heartbeat = self
             .pacer
             .book(now + interval - jitter(id, interval / 4), now);
+        let refresh_step = Series::refresh_step_after(settings, tally.first(), now);
         let series = Series {
+            written_count: tally.count,
             tally,
             next_heartbeat: micros(next_heartbeat),
+            refresh_step,
             timer_due: 0,
             restored: None,
         };
@@ -82,9 +85,12 @@ impl Engine {
         mut s: Series,
     ) {
         let settings = self.policies.settings(slot_idx);
-        let due = s
+        let mut due = s
             .next_heartbeat()
             .min(s.tally.seen() + settings.finish_after);
+        if let Some(refresh) = s.next_refresh(settings) {
+            due = due.min(refresh);
+        }
         let max = settings.max_active_series.max(1);
         let per_ns = settings.max_active_series_per_namespace.max(1);
         let ns = s.tally.ns;
@@ -201,7 +207,7 @@ impl Engine {
     }
 
     /// A series' timer came due: finish it if it has been quiet for `finishAfter` as far as the
-    /// input is known (`input`), else heartbeat if one is due, and re-arm.
+    /// input is known (`input`), else heartbeat or refresh if one is due, and re-arm.
     fn fire(&mut self, now: DateTime<Utc>, input: DateTime<Utc>, id: KeyId, ns: u32, due: Micros) {
         let slot_idx = self.namespaces.slot_of(ns);
         let settings = self.policies.settings(slot_idx).clone();
@@ -224,17 +230,37 @@ impl Engine {
         if heartbeat {
             s.next_heartbeat = micros(self.pacer.book(now + settings.heartbeat_interval, now));
         }
+        // An early refresh that fell due is written only with something new to say; a heartbeat
+        // covers it. Either way the schedule moves past now.
+        let refresh_due = s.next_refresh(&settings).filter(|t| *t <= now);
+        let refresh = !heartbeat && refresh_due.is_some() && s.tally.count > s.written_count;
+        if heartbeat || refresh_due.is_some() {
+            s.refresh_step = Series::refresh_step_after(&settings, s.tally.first(), now);
+        }
+        if heartbeat || refresh {
+            s.written_count = s.tally.count;
+        }
         // A finish held back by the input is looked at again on the next tick.
         let finish_check = if finish_due <= now {
             now + TimeDelta::seconds(1)
         } else {
             finish_due
         };
-        let next = s.next_heartbeat().min(finish_check);
+        let mut next = s.next_heartbeat().min(finish_check);
+        if let Some(refresh) = s.next_refresh(&settings) {
+            next = next.min(refresh);
+        }
         s.timer_due = self.timers.arm(next, id, ns);
-        if heartbeat && let Some(s) = self.slots[slot_idx].series.peek(ns, &id) {
+        let write = match (heartbeat, refresh_due) {
+            (true, _) => Some((WriteKind::Heartbeat, heartbeat_due)),
+            (false, Some(due)) if refresh => Some((WriteKind::Refresh, due)),
+            _ => None,
+        };
+        if let Some((kind, due)) = write
+            && let Some(s) = self.slots[slot_idx].series.peek(ns, &id)
+        {
             let snap = self.snapshot(id, s, SeriesState::Ongoing, now);
-            self.push_intent(WriteKind::Heartbeat, snap, heartbeat_due);
+            self.push_intent(kind, snap, due);
         }
     }
 }

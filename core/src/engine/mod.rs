@@ -489,6 +489,7 @@ impl Engine {
                     .next_heartbeat
                     .min(micros(now + settings.heartbeat_interval));
                 if settings.include_note != old_note {
+                    s.written_count = s.tally.count;
                     let snap = self.snapshot(id, &s, SeriesState::Ongoing, now);
                     self.intents.push(Intent {
                         kind: WriteKind::Heartbeat,

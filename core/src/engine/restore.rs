@@ -142,7 +142,12 @@ impl Engine {
             }
             return;
         }
-        let interval = self.policies.settings(slot_idx).heartbeat_interval;
+        let settings = self.policies.settings(slot_idx);
+        let interval = settings.heartbeat_interval;
+        // Early refreshes go on after the last write: none repeated, at most one missed (written
+        // late, at once).
+        let refresh_step =
+            Series::refresh_step_after(settings, p.first, p.last_write.unwrap_or(now).min(now));
         let id = p.id;
         let first = micros(p.first);
         if let Some(same) = self.slots[slot_idx].series.peek_mut(ns, &id)
@@ -176,6 +181,8 @@ impl Engine {
                 sources,
             },
             next_heartbeat: micros(next_heartbeat),
+            written_count: p.count,
+            refresh_step,
             timer_due: 0,
             restored: Some(p.count),
         };
@@ -232,6 +239,9 @@ impl Engine {
         }
         for (id, ns) in grown {
             let slot_idx = self.namespaces.slot_of(ns);
+            if let Some(s) = self.slots[slot_idx].series.peek_mut(ns, &id) {
+                s.written_count = s.tally.count;
+            }
             if let Some(s) = self.slots[slot_idx].series.peek(ns, &id) {
                 let snap = self.snapshot(id, s, SeriesState::Ongoing, now);
                 self.intents.push(Intent {

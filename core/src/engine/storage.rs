@@ -6,6 +6,7 @@ use super::Engine;
 use crate::intent::{MAX_SOURCES, Source};
 use crate::key::store::Stored;
 use crate::key::{KeyId, RawId};
+use crate::settings::Settings;
 use chrono::{DateTime, Utc};
 use schnellru::{LruMap, UnlimitedCompact};
 use std::collections::BTreeMap;
@@ -149,6 +150,10 @@ impl Tally {
 pub(super) struct Series {
     pub tally: Tally,
     pub next_heartbeat: Micros,
+    /// The count its last write carried: a refresh with nothing new to say is skipped.
+    pub written_count: u64,
+    /// The next early refresh ([`crate::settings::Settings::refresh_after`]); past the last: none.
+    pub refresh_step: u8,
     /// Due time of the series' one live timer; other timers for the key are stale.
     pub timer_due: Micros,
     /// Rebuilt from its object (`Some` of the count it held), until the recovery ends. While
@@ -161,6 +166,25 @@ pub(super) struct Series {
 impl Series {
     pub fn next_heartbeat(&self) -> DateTime<Utc> {
         time(self.next_heartbeat)
+    }
+
+    /// When its next early refresh falls due, if any is left.
+    pub fn next_refresh(&self, settings: &Settings) -> Option<DateTime<Utc>> {
+        settings
+            .refresh_after(self.refresh_step)
+            .map(|after| self.tally.first() + after)
+    }
+
+    /// The first early refresh of a series started at `first` that falls due after `t` (steps at
+    /// or before it are taken as done: by a write at `t`, or missed while nobody was leading).
+    pub fn refresh_step_after(settings: &Settings, first: DateTime<Utc>, t: DateTime<Utc>) -> u8 {
+        let mut step = 0;
+        while let Some(after) = settings.refresh_after(step)
+            && first + after <= t
+        {
+            step += 1;
+        }
+        step
     }
 }
 
