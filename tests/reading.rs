@@ -64,43 +64,74 @@ fn series(
     }
 }
 
+/// `ev` as last written by the operator `ago` seconds before now.
+fn written(mut ev: Event, ago: i64) -> Event {
+    let at = (now() - TimeDelta::seconds(ago)).to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    ev.metadata.annotations = Some(BTreeMap::from([("eventseries.dev/written-at".into(), at)]));
+    ev
+}
+
 fn fixture() -> Vec<Event> {
     vec![
-        // A crash loop of a day and a half, still going.
-        series(
-            "shop",
-            "Pod",
-            "web-0",
-            "BackOff",
-            1_290,
-            "Ongoing",
-            36 * 3_600,
-            20,
-            "Back-off restarting failed container web in pod web-0_shop(1a2b)",
+        // A crash loop of a day and a half, still going; last written by a heartbeat 9 minutes ago.
+        written(
+            series(
+                "shop",
+                "Pod",
+                "web-0",
+                "BackOff",
+                1_290,
+                "Ongoing",
+                36 * 3_600,
+                550,
+                "Back-off restarting failed container web in pod web-0_shop(1a2b)",
+            ),
+            540,
         ),
-        // Unschedulable for 32 minutes, ended 88 minutes ago.
-        series(
-            "shop",
-            "Pod",
-            "db-0",
-            "FailedScheduling",
-            14,
-            "Finished",
-            2 * 3_600,
-            3_600 + 1_680,
-            "0/3 nodes are available: 3 Insufficient memory.\npreemption: 0/3 nodes are available",
+        // Unschedulable for 32 minutes, ended 88 minutes ago; finished 82 minutes ago.
+        written(
+            series(
+                "shop",
+                "Pod",
+                "db-0",
+                "FailedScheduling",
+                14,
+                "Finished",
+                2 * 3_600,
+                3_600 + 1_680,
+                "0/3 nodes are available: 3 Insufficient memory.\npreemption: 0/3 nodes are available",
+            ),
+            3_600 + 1_320,
         ),
-        // A quota loop in another namespace, 95 seconds old.
-        series(
-            "batch",
-            "ReplicaSet",
-            "etl-7d9f",
-            "FailedCreate",
-            31,
-            "Ongoing",
-            95,
-            5,
-            &"x".repeat(300),
+        // A quota loop in another namespace, 150 seconds old, refreshed two minutes after its start.
+        written(
+            series(
+                "batch",
+                "ReplicaSet",
+                "etl-7d9f",
+                "FailedCreate",
+                31,
+                "Ongoing",
+                150,
+                40,
+                &"x".repeat(300),
+            ),
+            35,
+        ),
+        // Half a minute of a loop: too short for a rate.
+        written(
+            series(
+                "shop",
+                "Pod",
+                "api-1",
+                "Unhealthy",
+                3,
+                "Ongoing",
+                40,
+                30,
+                "Readiness probe failed",
+            ),
+            25,
         ),
         // One occurrence recorded (a series object always has two; here the count field is absent).
         series(

@@ -2,7 +2,7 @@
 //! that the table is tested to the character.
 
 use crate::key::normalise::to_chrono;
-use crate::object::STATE_LABEL;
+use crate::object::{STATE_LABEL, WRITTEN_AT_ANNOTATION};
 use chrono::{DateTime, TimeDelta, Utc};
 use k8s_openapi::api::events::v1::Event;
 
@@ -17,6 +17,8 @@ pub struct Row {
     pub state: String,
     pub started: Option<DateTime<Utc>>,
     pub last_seen: Option<DateTime<Utc>>,
+    /// When the operator last wrote the object (`eventseries.dev/written-at`): how old this view is.
+    pub written: Option<DateTime<Utc>>,
     pub reporter: String,
     pub name: String,
     pub note: String,
@@ -57,6 +59,13 @@ impl Row {
                 .unwrap_or_default(),
             started,
             last_seen,
+            written: ev
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(WRITTEN_AT_ANNOTATION))
+                .and_then(|w| DateTime::parse_from_rfc3339(w).ok())
+                .map(|w| w.with_timezone(&Utc)),
             reporter: ev.reporting_controller.clone().unwrap_or_default(),
             name: ev.metadata.name.clone().unwrap_or_default(),
             note: ev.note.clone().unwrap_or_default(),
@@ -68,10 +77,11 @@ impl Row {
         Some(self.last_seen? - self.started?)
     }
 
-    /// Occurrences per minute over the loop's duration; `None` under a second.
+    /// Occurrences per minute over the loop's duration; `None` under a minute, where two
+    /// occurrences a second apart would read as a rate of 120.
     pub fn rate_per_minute(&self) -> Option<f64> {
         let d = self.duration()?;
-        (d >= TimeDelta::seconds(1))
+        (d >= TimeDelta::minutes(1))
             .then(|| self.count as f64 * 60.0 / (d.num_milliseconds() as f64 / 1000.0))
     }
 }
@@ -145,6 +155,7 @@ impl Layout {
             "STATE",
             "STARTED",
             "LAST SEEN",
+            "WRITTEN",
             "DURATION",
             "RATE",
         ]);
@@ -167,6 +178,7 @@ impl Layout {
             row.state.clone(),
             ago(row.started),
             ago(row.last_seen),
+            ago(row.written),
             row.duration().map_or("<unknown>".to_owned(), age),
             row.rate_per_minute()
                 .map_or("-".to_owned(), |r| format!("{r:.1}")),

@@ -107,11 +107,17 @@ async fn series_are_read_as_series_with_filters_formats_and_watch() -> Result<()
             "STATE",
             "STARTED",
             "LAST SEEN",
+            "WRITTEN",
             "DURATION",
             "RATE"
         ]
     );
     assert_eq!(table.len(), 4, "{out}");
+    // Every object says when the operator last wrote it: how old the reader's view is.
+    assert!(
+        column(&table, "WRITTEN").iter().all(|w| w != "<unknown>"),
+        "{out}"
+    );
     assert_eq!(column(&table, "STATE"), ["Finished", "Finished", "Ongoing"]);
     assert_eq!(column(&table, "OBJECT")[2], format!("pod/{live}"));
     for truth in &done {
