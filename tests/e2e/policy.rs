@@ -34,6 +34,12 @@ async fn bad_policies_are_refused_by_the_api_server_naming_the_field() -> Result
     let _ = client().await?; // the shared cluster, with the CRD installed
     let cases = [
         ("  finishAfter: 500ms\n", "spec.finishAfter", "at least 1s"),
+        (
+            "  firstRefresh: 500ms\n",
+            "spec.firstRefresh",
+            "must be 0 or at least 1s",
+        ),
+        ("  firstRefresh: \"00\"\n", "spec.firstRefresh", ""),
         ("  heartbeatInterval: soon\n", "spec.heartbeatInterval", ""),
         ("  seriesWindow: \"-5m\"\n", "spec.seriesWindow", ""),
         ("  maxActiveSeries: 0\n", "spec.maxActiveSeries", ""),
@@ -88,6 +94,15 @@ async fn bad_policies_are_refused_by_the_api_server_naming_the_field() -> Result
     assert_eq!(p.spec.finish_after, "6m");
     assert_eq!(p.spec.series_window, "6m");
     assert_eq!(p.spec.max_active_series, 100_000);
+    assert_eq!(p.spec.first_refresh, "1m");
+    // Early refreshes can be turned off.
+    for off in ["\"0\"", "0s"] {
+        apply(
+            &policy_yaml("e2e-no-refresh", &format!("  firstRefresh: {off}\n")),
+            &["--dry-run=server"],
+        )
+        .with_context(|| format!("firstRefresh: {off} is accepted"))?;
+    }
     Ok(())
 }
 
