@@ -86,9 +86,10 @@ fn install(kubeconfig: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Two policies for the node tests: `fast` writes a heartbeat every 30 s (so a test sees the count
+/// Three policies for the node tests: `fast` writes a heartbeat every 30 s (so a test sees the count
 /// grow) and finishes a loop after 45 s of quiet (the kubelet's crash-loop BackOff comes every 10 to
-/// 20 s here); `note` does the same and also keys by the message.
+/// 20 s here); `note` does the same and also keys by the message; `fresh` keeps the default
+/// heartbeat (30m) and early refreshes (1m), so that only the refreshes make the count grow.
 const TEST_POLICIES: &str = r#"apiVersion: eventseries.dev/v1alpha1
 kind: EventSeriesPolicy
 metadata:
@@ -114,6 +115,19 @@ spec:
   seriesWindow: 5m
   isomorphism:
     includeNote: true
+---
+apiVersion: eventseries.dev/v1alpha1
+kind: EventSeriesPolicy
+metadata:
+  name: node-tests-fresh
+spec:
+  namespaceSelector:
+    matchLabels:
+      event-series.dev/node-test: fresh
+  heartbeatInterval: 30m
+  firstRefresh: 1m
+  finishAfter: 45s
+  seriesWindow: 5m
 "#;
 
 /// The operator's Pods that are Ready, by name.

@@ -264,6 +264,81 @@ async fn a_kubelet_crash_loop_is_one_series_across_a_leader_change_and_finishes(
     Ok(())
 }
 
+/// #26: a young loop's object keeps up with the kubelet. Three minutes into a crash loop, under a
+/// policy with the default 30-minute heartbeat, the series object carries at least the count the
+/// kubelet's raw BackOff carried nearly two minutes in (written by the early refresh at 2 minutes;
+/// without refreshes it would still hold its create's count, 2, until the first heartbeat), and
+/// `event-series get` says how old the write is.
+#[tokio::test]
+async fn a_young_loop_is_refreshed_early() -> Result<()> {
+    let Some((kubeconfig, client)) = setup().await? else {
+        return Ok(());
+    };
+    let ns = namespace(&client, "fresh", "fresh").await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    pods.create(&PostParams::default(), &crash_pod("crash")?)
+        .await?;
+    let created = eventually(
+        Duration::from_secs(180),
+        "an Ongoing BackOff series",
+        || async {
+            let found = series_for(&client, &ns, "BackOff").await?;
+            Ok(found.into_iter().find(|s| state(s) == "Ongoing"))
+        },
+    )
+    .await?;
+    let start = created
+        .event_time
+        .as_ref()
+        .and_then(|t| chrono::DateTime::from_timestamp_micros(t.0.as_microsecond()))
+        .context("no eventTime")?;
+    let until = |secs: i64| {
+        let at = start + chrono::TimeDelta::seconds(secs);
+        (at - chrono::Utc::now()).to_std().unwrap_or_default()
+    };
+    tokio::time::sleep(until(110)).await;
+    let raw_at_two = raw_total(&client, &ns, "BackOff", "crash").await?;
+    tokio::time::sleep(until(180)).await;
+    let now = series_for(&client, &ns, "BackOff").await?;
+    let ongoing = now
+        .iter()
+        .find(|s| state(s) == "Ongoing")
+        .context("the loop is still Ongoing")?;
+    println!(
+        "created with {}, 3 min in: {} (the kubelet's raw count at 1m50s: {raw_at_two})",
+        count(&created),
+        count(ongoing)
+    );
+    ensure!(
+        count(ongoing) >= raw_at_two && count(ongoing) > count(&created),
+        "the object holds {} at 3 minutes, the kubelet counted {raw_at_two} before 2 minutes",
+        count(ongoing)
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_event-series"))
+        .args(["get", "-n", &ns, "--kubeconfig"])
+        .arg(kubeconfig)
+        .output()?;
+    let table = String::from_utf8_lossy(&out.stdout);
+    println!("{table}");
+    let header: Vec<&str> = table
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split("   ")
+        .map(str::trim)
+        .collect();
+    ensure!(header.contains(&"WRITTEN"), "{table}");
+    ensure!(
+        !table.contains("<unknown>"),
+        "every row has a write age: {table}"
+    );
+    pods.delete("crash", &DeleteParams::default()).await?;
+    Api::<Namespace>::all(client.clone())
+        .delete(&ns, &DeleteParams::default())
+        .await?;
+    Ok(())
+}
+
 /// The scheduler's FailedScheduling (events.k8s.io, with a series of its own and, at first, two
 /// objects: the first carries the Pod's resourceVersion in its key) is one series, counted by delta:
 /// Finished with the occurrences the scheduler wrote, never more.
