@@ -186,3 +186,69 @@ fn for_selects_one_object_whatever_the_case_of_its_kind() {
     assert_eq!(selected[0].object, "replicaset/etl-7d9f");
     assert_eq!(selected[0].count, 31);
 }
+
+/// #25: a tenant's Event may hold any characters in every field the table prints; none reaches
+/// the terminal as a control or format character (escape sequences, OSC 52, bidi overrides), in
+/// the table, `-o wide` and the `--watch` rows (which print the same cells).
+mod tenant_text {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// What a terminal must never receive from an object's text: C0 (but the table's own line
+    /// ends), DEL, C1, and the bidi and invisible format characters.
+    fn unsafe_char(c: char) -> bool {
+        (c.is_control() && c != '\n')
+            || matches!(c as u32, 0xad | 0x061c | 0x180e | 0x200b..=0x200f | 0x2028..=0x202e
+                | 0x2060..=0x206f | 0xfeff | 0xfff9..=0xfffb)
+    }
+
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<String>(),
+            // Terminal sequences as an attacker writes them.
+            Just("\u{1b}[2J\u{1b}]52;c;aGVsbG8=\u{7}\u{9b}31m\u{202e}gnp.exe\u{7f}".to_owned()),
+            proptest::collection::vec(0u32..0x2070, 0..40)
+                .prop_map(|v| v.into_iter().filter_map(char::from_u32).collect()),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn no_control_or_format_character_is_printed(
+            ns in text(), kind in text(), name in text(), reason in text(), note in text(),
+            reporter in text(),
+        ) {
+            let mut ev = series("x", "Pod", "p", "r", 3, "Ongoing", 100, 10, "n");
+            ev.metadata.namespace = Some(ns);
+            ev.metadata.name = Some(name.clone());
+            ev.regarding = Some(ObjectReference {
+                kind: Some(kind),
+                name: Some(name),
+                ..Default::default()
+            });
+            ev.reason = Some(reason);
+            ev.note = Some(note);
+            ev.reporting_controller = Some(reporter);
+            for layout in [
+                Layout::default(),
+                Layout { namespaces: true, wide: true },
+            ] {
+                let (text, _) = render(&rows(&[ev.clone()], &Filter::default()), layout, now());
+                let bad: Vec<char> = text.chars().filter(|c| unsafe_char(*c)).collect();
+                prop_assert!(bad.is_empty(), "printed {:?} in {:?}", bad, text);
+                prop_assert_eq!(text.lines().count(), 2, "one header, one row: {:?}", text);
+            }
+        }
+    }
+
+    #[test]
+    fn escapes_are_visible_and_plain_text_is_untouched() {
+        use event_series::reading::table::visible;
+        assert_eq!(visible("BackOff"), "BackOff");
+        assert_eq!(visible("naïve 日本"), "naïve 日本");
+        assert_eq!(visible("\u{1b}[2J"), "^[[2J");
+        assert_eq!(visible("a\u{7f}b\u{0}"), "a^?b^@");
+        assert_eq!(visible("\u{9b}31m"), "\\u{9b}31m");
+        assert_eq!(visible("\u{202e}txt"), "\\u{202e}txt");
+    }
+}

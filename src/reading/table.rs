@@ -165,17 +165,18 @@ impl Layout {
         h.into_iter().map(str::to_owned).collect()
     }
 
+    /// The row's cells, every text from the object made visible ([`visible`]).
     pub fn cells(&self, row: &Row, now: DateTime<Utc>) -> Vec<String> {
         let ago = |t: Option<DateTime<Utc>>| t.map_or("<unknown>".to_owned(), |t| age(now - t));
         let mut c = Vec::new();
         if self.namespaces {
-            c.push(row.namespace.clone());
+            c.push(visible(&row.namespace));
         }
         c.extend([
-            row.object.clone(),
-            row.reason.clone(),
+            visible(&row.object),
+            visible(&row.reason),
             row.count.to_string(),
-            row.state.clone(),
+            visible(&row.state),
             ago(row.started),
             ago(row.last_seen),
             ago(row.written),
@@ -184,18 +185,70 @@ impl Layout {
                 .map_or("-".to_owned(), |r| format!("{r:.1}")),
         ]);
         if self.wide {
-            c.extend([row.reporter.clone(), row.name.clone(), one_line(&row.note)]);
+            c.extend([
+                visible(&row.reporter),
+                visible(&row.name),
+                one_line(&row.note),
+            ]);
         }
         c
     }
 }
 
-/// The note on one line, cut at [`NOTE_WIDTH`] characters.
+/// Text from an object as it may reach a terminal: anything a tenant wrote into an Event, which
+/// the API server checks for length, never for characters. Control characters would run in the
+/// reader's terminal (clear or forge the screen, retitle the window, write the clipboard through
+/// OSC 52) and bidirectional or invisible format characters would reorder or hide what is shown,
+/// so each is written visibly instead: C0 controls and DEL in caret notation (`^[`, `^?`), C1
+/// controls and format characters as `\u{..}`. `-o json|yaml` keep the exact values.
+pub fn visible(text: &str) -> String {
+    if !text.chars().any(hidden) {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c as u32 {
+            n @ 0x00..=0x1f => {
+                out.push('^');
+                out.push(char::from(b'@' + n as u8));
+            }
+            0x7f => out.push_str("^?"),
+            _ if hidden(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// A character that must not reach a terminal as itself.
+fn hidden(c: char) -> bool {
+    matches!(c as u32,
+        0x00..=0x1f | 0x7f..=0x9f // C0, DEL, C1
+        | 0xad // soft hyphen
+        | 0x061c // Arabic letter mark
+        | 0x180e // Mongolian vowel separator
+        | 0x200b..=0x200f // zero-width spaces and joiners, LRM, RLM
+        | 0x2028..=0x202e // line and paragraph separators, bidi embeddings and overrides
+        | 0x2060..=0x206f // word joiner, invisible operators, bidi isolates
+        | 0xfeff // zero-width no-break space
+        | 0xfff9..=0xfffb // interlinear annotations
+    )
+}
+
+/// The note on one line, made visible, cut at [`NOTE_WIDTH`] characters: line breaks and tabs
+/// become spaces, other hidden characters are escaped as by [`visible`].
 fn one_line(note: &str) -> String {
     let flat: String = note
         .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
+        .map(|c| {
+            if matches!(c, '\n' | '\r' | '\t') {
+                ' '
+            } else {
+                c
+            }
+        })
         .collect();
+    let flat = visible(&flat);
     if flat.chars().count() <= NOTE_WIDTH {
         return flat;
     }
