@@ -421,8 +421,12 @@ fn refused<T: std::fmt::Debug>(what: &str, r: Result<T, kube::Error>) {
     match r {
         Err(kube::Error::Api(s))
             if (s.code == 403 || s.code == 422)
-                && s.message
-                    .contains("only the event-series operator may write an Event") => {}
+                && (s
+                    .message
+                    .contains("only the event-series operator may write an Event")
+                    || s.message
+                        .contains("only the event-series operator may change a series object")) => {
+        }
         other => panic!("{what}: expected the admission policy's refusal, got {other:?}"),
     }
 }
@@ -497,6 +501,32 @@ async fn refused_by_the_admission_policy(
                 "plain",
                 &kube::api::PatchParams::default(),
                 &kube::api::Patch::Merge(patch),
+            )
+            .await,
+    );
+    // A tenant with update rights strips the operator's labels and annotations off a genuine
+    // series object in one merge patch (#25: the new object alone carries none, so a policy that
+    // judged only it let this through, and the object was then counted as a raw event).
+    let genuine_name = genuine
+        .metadata
+        .name
+        .clone()
+        .context("the series object's name")?;
+    let strip = serde_json::json!({"metadata": {
+        "labels": genuine.metadata.labels.as_ref().map(|l| {
+            l.keys().map(|k| (k.clone(), serde_json::Value::Null)).collect::<serde_json::Map<_, _>>()
+        }),
+        "annotations": genuine.metadata.annotations.as_ref().map(|a| {
+            a.keys().map(|k| (k.clone(), serde_json::Value::Null)).collect::<serde_json::Map<_, _>>()
+        }),
+    }});
+    refused(
+        "an update stripping a series object's labels and annotations",
+        core_api
+            .patch(
+                &genuine_name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(strip),
             )
             .await,
     );
