@@ -5,10 +5,19 @@
 //! metric, which only a watched change records: a listed object's occurrences may be arbitrarily
 //! old, so its lag measures nothing. A restart's first list is read here too, then buffered
 //! ([`crate::restart`]).
+//!
+//! The watch and the lists leave out the operator's own objects by their label, but whoever may
+//! update Events in a namespace can strip that label (clusters without the admission policy, or
+//! objects written before it): the object would then count its own series' occurrences again. So
+//! an event whose name is the one the operator derives from its own fields (the key and the start,
+//! [`object::object_name`]) is recognised as a series object whatever its labels, and never
+//! counted. Nobody is hurt by a forgery of that name: it can only be a tenant's own event about
+//! its own namespace that goes uncounted.
 
 use crate::engine::Engine;
 use crate::key::{self, Observation};
 use crate::metrics::Metrics;
+use crate::object;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Event;
 
@@ -25,6 +34,11 @@ pub enum Arrival {
 /// skipped with a log line and counted as a dropped occurrence.
 pub fn read<'a>(ev: &'a Event, metrics: &Metrics) -> Option<Observation<'a>> {
     match key::normalise(ev) {
+        Ok(obs) if is_series_object(ev, &obs) => {
+            tracing::debug!(name = ?ev.metadata.name, namespace = ?ev.metadata.namespace,
+                "a series object without its labels: not counted");
+            None
+        }
         Ok(obs) => {
             if obs.truncated {
                 metrics.truncated.inc();
@@ -38,6 +52,22 @@ pub fn read<'a>(ev: &'a Event, metrics: &Metrics) -> Option<Observation<'a>> {
             None
         }
     }
+}
+
+/// Whether `ev` carries the name the operator gives the series of its own fields (with the note in
+/// the key or not: the policy that applies is not known here). Only events with an `eventTime`
+/// (series objects always have one) and a name ending in 16 hex digits are looked at.
+fn is_series_object(ev: &Event, obs: &Observation<'_>) -> bool {
+    let Some(name) = ev.metadata.name.as_deref() else {
+        return false;
+    };
+    let hex = name.rsplit_once('.').map_or("", |(_, h)| h);
+    if ev.event_time.is_none() || hex.len() != 16 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return false;
+    }
+    [None, Some(obs.note)]
+        .into_iter()
+        .any(|note| object::object_name(&obs.key, obs.key.id(note), obs.first) == name)
 }
 
 /// Feeds one raw event to the engine. Returns the time of its latest occurrence; `None` when it
@@ -55,4 +85,74 @@ pub fn feed(
     }
     engine.observe(now, &obs);
     Some(obs.last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Settings;
+    use crate::object::to_event;
+    use k8s_openapi::api::core::v1::EventSeries;
+    use k8s_openapi::api::events::v1 as events;
+
+    /// A series object as a core/v1 client reads it (the API server's conversion), with its labels
+    /// and annotations stripped by a tenant.
+    fn stripped(ev: &events::Event) -> Event {
+        let mut meta = ev.metadata.clone();
+        meta.labels = None;
+        meta.annotations = None;
+        Event {
+            metadata: meta,
+            involved_object: ev.regarding.clone().unwrap_or_default(),
+            related: ev.related.clone(),
+            reason: ev.reason.clone(),
+            message: ev.note.clone(),
+            type_: ev.type_.clone(),
+            event_time: ev.event_time.clone(),
+            series: ev.series.as_ref().map(|s| EventSeries {
+                count: Some(s.count),
+                last_observed_time: Some(s.last_observed_time.clone()),
+            }),
+            reporting_component: ev.reporting_controller.clone(),
+            reporting_instance: ev.reporting_instance.clone(),
+            action: ev.action.clone(),
+            ..Default::default()
+        }
+    }
+
+    fn raw(note: &str) -> Event {
+        let now = Utc::now();
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-0.18eb7109a28050d3", "namespace": "ns", "uid": "u1"},
+            "involvedObject": {"kind": "Pod", "name": "web-0", "namespace": "ns", "uid": "p1"},
+            "reason": "BackOff", "message": note, "type": "Warning",
+            "reportingComponent": "kubelet", "reportingInstance": "node-1", "action": "Restart",
+            "eventTime": now, "series": {"count": 3, "lastObservedTime": now}
+        }))
+        .unwrap()
+    }
+
+    /// #25: a series object whose labels a tenant stripped is not read as a raw event (it would
+    /// count its own series' occurrences again), with the note in the key or not; a raw event of
+    /// the same fields under its emitter's name is read.
+    #[test]
+    fn a_series_object_without_its_labels_is_not_counted() {
+        let metrics = Metrics::default();
+        for include_note in [false, true] {
+            let mut engine = Engine::with_settings(Settings {
+                include_note,
+                ..Settings::default()
+            });
+            let ev = raw("Back-off restarting failed container");
+            let obs = read(&ev, &metrics).expect("the raw event is read");
+            engine.observe(Utc::now(), &obs);
+            let intent = engine.take_intents().remove(0);
+            let object = stripped(&to_event(&intent.series));
+            assert!(
+                read(&object, &metrics).is_none(),
+                "includeNote {include_note}: the stripped series object {:?} was read",
+                object.metadata.name
+            );
+        }
+    }
 }
