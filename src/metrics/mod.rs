@@ -1,6 +1,10 @@
 //! Prometheus metrics (prefix `event_series_`, SPEC "Operations"). The engine keeps plain counters in
 //! [`crate::engine::Stats`]; the shell copies them here, so the pure core needs no metrics library.
 
+mod process;
+
+pub use process::{ProcessCollector, ProcessStats};
+
 use crate::engine::Stats;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -52,6 +56,13 @@ pub const ONGOING_AGES: [(&str, i64); 4] = [
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AgeLabels {
     pub duration: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: &'static str,
+    pub commit: &'static str,
+    pub rustc: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -141,10 +152,25 @@ impl Metrics {
     /// A registry holding all metrics, and the metrics themselves; every labelled family starts
     /// with each of its known label values at 0, so that a rate over it has a start.
     pub fn registry(metrics: &std::sync::Arc<Metrics>) -> Registry {
-        let mut r = Registry::with_prefix("event_series");
-        Self::register_series(&mut r, metrics);
-        Self::register_api(&mut r, metrics);
-        Self::register_replica(&mut r, metrics);
+        let mut root = Registry::default();
+        root.register_collector(Box::new(ProcessCollector));
+        let r = root.sub_registry_with_prefix("event_series");
+        let build = Family::<BuildLabels, Gauge>::default();
+        build
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+                commit: env!("EVENT_SERIES_COMMIT"),
+                rustc: env!("EVENT_SERIES_RUSTC"),
+            })
+            .set(1);
+        r.register(
+            "build_info",
+            "1, labelled with the version, the commit and the Rust compiler of this build",
+            build,
+        );
+        Self::register_series(r, metrics);
+        Self::register_api(r, metrics);
+        Self::register_replica(r, metrics);
         for reason in DROP_REASONS {
             metrics.dropped(reason, 0);
         }
@@ -155,8 +181,7 @@ impl Metrics {
         for reason in crate::object::DecodeError::REASONS {
             let _ = metrics.recovery_rejected.get_or_create(&label(reason));
         }
-
-        r
+        root
     }
 
     /// What the engine counts: occurrences and the series they make.
@@ -489,6 +514,20 @@ mod tests {
             assert!(
                 text.lines().any(|l| l == line),
                 "{line} missing in:\n{text}"
+            );
+        }
+        // Read at scrape time, so only their names are known here.
+        for family in [
+            "process_cpu_seconds_total ",
+            "process_resident_memory_bytes ",
+            "process_open_fds ",
+            "process_max_fds ",
+            "process_start_time_seconds ",
+            "event_series_build_info{version=\"",
+        ] {
+            assert!(
+                text.lines().any(|l| l.starts_with(family)),
+                "{family} missing in:\n{text}"
             );
         }
     }
