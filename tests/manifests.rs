@@ -281,6 +281,54 @@ fn chart_values_switch_metrics_security_and_the_optional_parts() {
     );
     let kinds: BTreeSet<&str> = monitoring.keys().map(|k| k.0.as_str()).collect();
     assert!(kinds.contains("ServiceMonitor") && kinds.contains("PrometheusRule"));
+    let monitor = |m: &BTreeMap<(String, String, String), Value>| {
+        m.iter()
+            .find(|(k, _)| k.0 == "ServiceMonitor")
+            .map(|(_, v)| v["spec"]["endpoints"][0]["tlsConfig"].clone())
+            .unwrap_or_default()
+    };
+    // The self-signed certificate cannot be verified; one of the user's own is (#25: the token was
+    // sent to whatever answered even then).
+    assert_eq!(monitor(&monitoring)["insecureSkipVerify"], true);
+    let verified = monitor(&helm_template(
+        &helm,
+        &["serviceMonitor.enabled=true,metrics.certSecret=event-series-tls"],
+    ));
+    assert_eq!(verified["insecureSkipVerify"], false, "{verified}");
+    assert_eq!(verified["ca"]["secret"]["name"], "event-series-tls");
+    assert_eq!(verified["ca"]["secret"]["key"], "ca.crt");
+    assert_eq!(
+        verified["serverName"],
+        "event-series-metrics.event-series-system.svc"
+    );
+}
+
+/// Without leader election, two replicas would both write every series: the chart refuses to
+/// render that, saying why; one replica renders.
+#[test]
+fn the_chart_refuses_two_writers() {
+    let Some(helm) = tool("target/tools/bin/helm") else {
+        return;
+    };
+    let out = Command::new(&helm)
+        .args([
+            "template",
+            "event-series",
+            CHART,
+            "--set",
+            "leaderElection.enabled=false",
+        ])
+        .current_dir(repo_root())
+        .output()
+        .expect("helm runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "rendered two writers");
+    assert!(
+        err.contains("without leader election every replica writes"),
+        "{err}"
+    );
+    let one = helm_template(&helm, &["leaderElection.enabled=false,replicas=1"]);
+    assert!(one.keys().any(|k| k.0 == "Deployment"));
 }
 
 /// The CRD in the chart is the generated one.

@@ -24,3 +24,22 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "event-series.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
+
+{{/*
+What cannot be installed, refused at render time with the reason:
+- without leader election, more than one replica would be two writers of every series;
+- event-series serves a whole cluster once: a second release would watch every Event twice and its
+  admission policy would refuse the first release's writes (and the first's, its). Found by its
+  ClusterRole, where the cluster can be asked (not with `helm template`).
+*/}}
+{{- define "event-series.checks" -}}
+{{- if and (not .Values.leaderElection.enabled) (gt (int .Values.replicas) 1) -}}
+{{- fail (printf "leaderElection.enabled=false with replicas=%d: without leader election every replica writes every series; set replicas: 1 or enable leader election" (int .Values.replicas)) -}}
+{{- end -}}
+{{- range (lookup "rbac.authorization.k8s.io/v1" "ClusterRole" "" "").items -}}
+{{- $labels := .metadata.labels | default dict -}}
+{{- if and (eq (get $labels "app.kubernetes.io/name") "event-series") (get $labels "app.kubernetes.io/instance") (ne (get $labels "app.kubernetes.io/instance") $.Release.Name) -}}
+{{- fail (printf "event-series is already installed in this cluster by release %q (ClusterRole %s): it runs once per cluster; upgrade that release instead" (get $labels "app.kubernetes.io/instance") .metadata.name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
