@@ -615,6 +615,25 @@ async fn helm_installs_and_uninstalls_the_chart_on_a_fresh_cluster() -> Result<(
         kc,
         &["apply", "--server-side", "-k", &samples.to_string_lossy()],
     )?;
+    // One per cluster: a second release, under another name and namespace, is refused with the
+    // name of the first (#25: it would have watched every Event twice, and each release's
+    // admission policy refused the other's writes).
+    let second = helm_on(&[
+        "install",
+        "again",
+        "charts/event-series",
+        "--namespace",
+        "again",
+        "--create-namespace",
+    ]);
+    match second {
+        Ok(out) => anyhow::bail!("a second release was installed: {out}"),
+        Err(e) => assert!(
+            e.to_string()
+                .contains("already installed in this cluster by release \"event-series\""),
+            "{e}"
+        ),
+    }
 
     let removed = helm_on(&["uninstall", "event-series", "--namespace", NS])?;
     println!("{removed}");
