@@ -321,21 +321,11 @@ class Soak:
     def audit(self):
         """Writes per namespace and writer, from the apiserver's audit log (all its rotated files)."""
         writers = defaultdict(lambda: defaultdict(int))
-        for path in sorted(glob.glob(os.path.join(self.cluster, "audit*.log"))):
-            with open(path) as f:
-                for line in f:
-                    try:
-                        e = json.loads(line)
-                    except ValueError:
-                        continue
-                    ref = e.get("objectRef") or {}
-                    ns = ref.get("namespace") or ""
-                    if e.get("stage") != "ResponseComplete" or ref.get("resource") != "events":
-                        continue
-                    if not ns.startswith("soak-") or e.get("verb") in ("get", "list", "watch"):
-                        continue
-                    agent = (e.get("userAgent") or "").split("/")[0]
-                    writers[ns]["%s %s" % (agent, ref.get("apiGroup") or "core")] += 1
+        for e, ref in event_writes(self.cluster):
+            ns = ref.get("namespace") or ""
+            if ns.startswith("soak-"):
+                agent = (e.get("userAgent") or "").split("/")[0]
+                writers[ns]["%s %s" % (agent, ref.get("apiGroup") or "core")] += 1
         with open(os.path.join(self.out, "writes.json"), "w") as f:
             json.dump(writers, f, indent=1, sort_keys=True)
         return {"namespaces": len(writers)}
@@ -400,6 +390,19 @@ def occurrence_times(cluster):
     believes when the number of writes equals the raw objects' total count (legacy recorders patch
     count + 1 per occurrence; the scheduler's recorder here wrote each retry)."""
     times = defaultdict(list)
+    for e, ref in event_writes(cluster):
+        if e.get("verb") not in ("create", "patch") or (e.get("responseStatus") or {}).get("code", 500) >= 300:
+            continue
+        if (e.get("userAgent") or "").startswith("event-series/") or not (ref.get("namespace") or "").startswith("soak-"):
+            continue
+        at = datetime.datetime.fromisoformat(e["stageTimestamp"].replace("Z", "+00:00")).timestamp()
+        times[(ref["namespace"], ref["name"].rsplit(".", 1)[0])].append(at)
+    return {k: sorted(v) for k, v in times.items()}
+
+
+def event_writes(cluster):
+    """(entry, objectRef) of every completed write of an Event in the apiserver's audit logs (the
+    current file and the rotated ones)."""
     for path in sorted(glob.glob(os.path.join(cluster, "audit*.log"))):
         with open(path) as f:
             for line in f:
@@ -410,13 +413,9 @@ def occurrence_times(cluster):
                 ref = e.get("objectRef") or {}
                 if e.get("stage") != "ResponseComplete" or ref.get("resource") != "events":
                     continue
-                if e.get("verb") not in ("create", "patch") or (e.get("responseStatus") or {}).get("code", 500) >= 300:
+                if e.get("verb") in ("get", "list", "watch"):
                     continue
-                if (e.get("userAgent") or "").startswith("event-series/") or not (ref.get("namespace") or "").startswith("soak-"):
-                    continue
-                at = datetime.datetime.fromisoformat(e["stageTimestamp"].replace("Z", "+00:00")).timestamp()
-                times[(ref["namespace"], ref["name"].rsplit(".", 1)[0])].append(at)
-    return {k: sorted(v) for k, v in times.items()}
+                yield e, ref
 
 
 def lone_by_design(times, window=WINDOW):

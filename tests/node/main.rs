@@ -92,6 +92,29 @@ async fn raw_total(client: &Client, ns: &str, reason: &str, name: &str) -> Resul
         .sum())
 }
 
+/// A namespace of its own (labelled for `policy`) with a crash-looping Pod `crash`, once the
+/// operator shows its BackOff series Ongoing: the namespace, its Pods and that series object.
+async fn crash_loop(
+    client: &Client,
+    name: &str,
+    policy: &str,
+) -> Result<(String, Api<Pod>, Series)> {
+    let ns = namespace(client, name, policy).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    pods.create(&PostParams::default(), &crash_pod("crash")?)
+        .await?;
+    let first = eventually(
+        Duration::from_secs(180),
+        "an Ongoing BackOff series",
+        || async {
+            let found = series_for(client, &ns, "BackOff").await?;
+            Ok(found.into_iter().find(|s| state(s) == "Ongoing"))
+        },
+    )
+    .await?;
+    Ok((ns, pods, first))
+}
+
 #[tokio::test]
 async fn the_operator_runs_as_two_pods_from_its_image_read_only_with_one_leader() -> Result<()> {
     let Some((_, client)) = setup().await? else {
@@ -274,19 +297,7 @@ async fn a_young_loop_is_refreshed_early() -> Result<()> {
     let Some((kubeconfig, client)) = setup().await? else {
         return Ok(());
     };
-    let ns = namespace(&client, "fresh", "fresh").await?;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    pods.create(&PostParams::default(), &crash_pod("crash")?)
-        .await?;
-    let created = eventually(
-        Duration::from_secs(180),
-        "an Ongoing BackOff series",
-        || async {
-            let found = series_for(&client, &ns, "BackOff").await?;
-            Ok(found.into_iter().find(|s| state(s) == "Ongoing"))
-        },
-    )
-    .await?;
+    let (ns, pods, created) = crash_loop(&client, "fresh", "fresh").await?;
     let start = created
         .event_time
         .as_ref()
@@ -526,19 +537,7 @@ async fn deleting_a_namespace_with_an_ongoing_series() -> Result<()> {
     let Some((kubeconfig, client)) = setup().await? else {
         return Ok(());
     };
-    let ns = namespace(&client, "deleted", "fast").await?;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    pods.create(&PostParams::default(), &crash_pod("crash")?)
-        .await?;
-    eventually(
-        Duration::from_secs(180),
-        "an Ongoing BackOff series",
-        || async {
-            let found = series_for(&client, &ns, "BackOff").await?;
-            Ok(found.iter().any(|s| state(s) == "Ongoing").then_some(()))
-        },
-    )
-    .await?;
+    let (ns, _pods, _) = crash_loop(&client, "deleted", "fast").await?;
     let _same = REPLICAS.read().await;
     let leader_pod = leader(&client).await?.context("no leader")?;
     let rejected = |text: &str| {
