@@ -62,12 +62,18 @@ fn is_series_object(ev: &Event, obs: &Observation<'_>) -> bool {
         return false;
     };
     let hex = name.rsplit_once('.').map_or("", |(_, h)| h);
-    if ev.event_time.is_none() || hex.len() != 16 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+    let Some(hash) = (ev.event_time.is_some() && hex.len() == 16)
+        .then(|| u64::from_str_radix(hex, 16).ok())
+        .flatten()
+    else {
         return false;
-    }
-    [None, Some(obs.note)]
-        .into_iter()
-        .any(|note| object::object_name(&obs.key, obs.key.id(note), obs.first) == name)
+    };
+    // The hash first, without allocating; the whole name only for a match.
+    [None, Some(obs.note)].into_iter().any(|note| {
+        let id = obs.key.id(note);
+        object::name_hash(id, obs.first) == hash
+            && object::object_name(&obs.key, id, obs.first) == name
+    })
 }
 
 /// Feeds one raw event to the engine. Returns the time of its latest occurrence; `None` when it

@@ -48,10 +48,10 @@ impl Settings {
     /// start, while that step is shorter than the heartbeat interval; `None` past the last step or
     /// with refreshes off.
     pub fn refresh_after(&self, step: u8) -> Option<TimeDelta> {
-        if self.first_refresh <= TimeDelta::zero() || step >= 32 {
+        if self.first_refresh <= TimeDelta::zero() || step >= 31 {
             return None;
         }
-        let after = self.first_refresh.checked_mul(1 << step)?;
+        let after = self.first_refresh.checked_mul(1i32 << step)?;
         (after < self.heartbeat_interval).then_some(after)
     }
 

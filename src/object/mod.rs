@@ -53,13 +53,19 @@ const NAME_PREFIX_LIMIT: usize = 200;
 /// The object name of a series: readable prefix, then a hash of the key and the start second, so that a
 /// repeated create of one series can only ever hit the same name.
 pub fn object_name(key: &KeyRef, id: KeyId, first: DateTime<Utc>) -> String {
-    let mut seed = id.get().to_le_bytes().to_vec();
-    seed.extend_from_slice(&first.timestamp().to_le_bytes());
     let prefix = or_else_owned(
         dns_subdomain(key.regarding.name, NAME_PREFIX_LIMIT),
         "series",
     );
-    format!("{prefix}.{:016x}", xxh3_64(&seed))
+    format!("{prefix}.{:016x}", name_hash(id, first))
+}
+
+/// The hash that ends a series' object name (16 hex digits): of the key and the start second.
+pub fn name_hash(id: KeyId, first: DateTime<Utc>) -> u64 {
+    let mut seed = [0u8; 24];
+    seed[..16].copy_from_slice(&id.get().to_le_bytes());
+    seed[16..].copy_from_slice(&first.timestamp().to_le_bytes());
+    xxh3_64(&seed)
 }
 
 fn or_else_owned(s: String, fallback: &str) -> String {
