@@ -104,6 +104,12 @@ bench-node: bench-build
 bench-soak: bench-build
     bash bench/soak.sh
 
+# A simulated cluster (kwok Nodes and Pods, the real scheduler and controller-manager): steps of 1k, 5k, 20k Pods over 10, 100, 1,000 namespaces, then the API server's bill without/with/without the operator (bench/scale.sh; STEPS, BILL, WATCH_CACHE=off; about 60 min).
+bench-scale: bench-build
+    bash hack/build-envtest.sh node
+    bash hack/tools.sh kwok
+    bash bench/scale.sh
+
 # The default bound, scaled by ten: 10,000 series at a 3-minute heartbeat, default --qps, 6-minute event TTL, 15 min; no object may expire between two writes (bench/heartbeats.sh).
 bench-heartbeats: bench-build
     bash bench/heartbeats.sh

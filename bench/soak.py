@@ -22,6 +22,8 @@ import time
 import urllib.request
 from collections import defaultdict
 
+from keys import tally, verdict_of  # noqa: E402 - bench/ is on sys.path when run
+
 NS = "event-series-system"
 MANAGED = "app.kubernetes.io/managed-by=event-series"
 
@@ -141,17 +143,7 @@ class Soak:
         """Every key of the namespace: the emitters' raw occurrences against the series' counts."""
         raw = self.kj("-n", ns, "get", "events", "-l", "!app.kubernetes.io/managed-by")["items"]
         series = self.kj("-n", ns, "get", "events.v1.events.k8s.io", "-l", MANAGED)["items"]
-        groups = defaultdict(lambda: {"raw": 0, "raw_objects": 0, "series": 0, "series_objects": 0, "states": []})
-        for e in raw:
-            g = groups[group_of(e.get("involvedObject") or {}, e.get("reason") or "",
-                                e.get("reportingComponent") or (e.get("source") or {}).get("component") or "")]
-            g["raw"] += occurrences(e)
-            g["raw_objects"] += 1
-        for e in series:
-            g = groups[group_of(e.get("regarding") or {}, e.get("reason") or "", e.get("reportingController") or "")]
-            g["series"] += (e.get("series") or {}).get("count", 1)
-            g["series_objects"] += 1
-            g["states"].append(e["metadata"]["labels"].get("eventseries.dev/state"))
+        groups = {key: g for (_, key), g in tally(raw, series).items()}
         verdicts = defaultdict(int)
         for key, g in sorted(groups.items()):
             verdict = verdict_of(g)
@@ -338,25 +330,6 @@ def wait_until(seconds, fn):
             return
         time.sleep(1)
     raise RuntimeError("not within %ds" % seconds)
-
-
-def occurrences(e):
-    """A raw object's occurrences, as the operator reads them: series.count, else count, at least 1."""
-    n = (e.get("series") or {}).get("count") or e.get("count") or 1
-    return max(int(n), 1)
-
-
-def group_of(ref, reason, controller):
-    return "%s/%s %s %s %s" % (ref.get("kind", ""), ref.get("name", ""), ref.get("fieldPath", "") or "-",
-                               reason, controller or "-")
-
-
-def verdict_of(g):
-    if g["series"] == g["raw"]:
-        return "exact"
-    if g["series_objects"] == 0 and g["raw"] == g["raw_objects"]:
-        return "lone"  # single occurrences: no series by design
-    return "differs"
 
 
 def operator_pids():

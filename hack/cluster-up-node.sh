@@ -86,8 +86,6 @@ CERTS="$DIR/certs"
 client_ext="basicConstraints=critical,CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=clientAuth"
-[ -s "$CERTS/scheduler.crt" ] || envtest_sign "$CERTS" scheduler "/CN=system:kube-scheduler" "$client_ext"
-[ -s "$CERTS/controller-manager.crt" ] || envtest_sign "$CERTS" controller-manager "/CN=system:kube-controller-manager" "$client_ext"
 [ -s "$CERTS/kube-proxy.crt" ] || envtest_sign "$CERTS" kube-proxy "/CN=system:kube-proxy" "$client_ext"
 [ -s "$CERTS/kubelet.crt" ] || envtest_sign "$CERTS" kubelet "/O=system:nodes/CN=system:node:$NODE_NAME" "$client_ext"
 [ -s "$CERTS/kubelet-serving.crt" ] || envtest_sign "$CERTS" kubelet-serving "/CN=$NODE_NAME" "basicConstraints=critical,CA:FALSE
@@ -96,17 +94,9 @@ extendedKeyUsage=serverAuth
 subjectAltName=IP:$NODE_IP,DNS:$NODE_NAME"
 
 # Each component's kubeconfig, with its own client certificate.
-for c in scheduler controller-manager kube-proxy kubelet; do
+for c in kube-proxy kubelet; do
   write_kubeconfig "$N/$c.kubeconfig" "$APISERVER_URL" "$CERTS/ca.crt" "$c" cert "$CERTS/$c.crt" "$CERTS/$c.key"
 done
-
-# start NAME LOG PROGRAM ARGS...: in the background, outliving this script, pid in $DIR/NAME.pid.
-start() {
-  local name="$1" log="$2"
-  shift 2
-  setsid nohup "$@" </dev/null >"$log" 2>&1 9>&- &
-  echo $! >"$DIR/$name.pid"
-}
 
 # --- containerd with CNI ---
 mkdir -p "$N/cni/conf" "$N/containerd" "$N/pod-logs"
@@ -160,7 +150,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     bin_dir = "$CNI_BIN"
     conf_dir = "$N/cni/conf"
 EOF
-start containerd "$DIR/containerd.log" "$(command -v containerd)" --config="$N/containerd.toml"
+envtest_start containerd "$DIR/containerd.log" "$(command -v containerd)" --config="$N/containerd.toml"
 for _ in $(seq 100); do
   ctr --address "$NODE_SOCK" version >/dev/null 2>&1 && break
   envtest_alive containerd || fail "containerd exited" "$DIR/containerd.log"
@@ -178,20 +168,7 @@ if [ "${NODE_IMAGES:-1}" = 1 ]; then
 fi
 
 # --- control-plane controllers ---
-start scheduler "$DIR/scheduler.log" "$BIN/kube-scheduler" \
-  --kubeconfig="$N/scheduler.kubeconfig" \
-  --bind-address=127.0.0.1 --secure-port=0 \
-  --leader-elect=false
-start controller-manager "$DIR/controller-manager.log" "$BIN/kube-controller-manager" \
-  --kubeconfig="$N/controller-manager.kubeconfig" \
-  --bind-address=127.0.0.1 --secure-port=0 \
-  --leader-elect=false \
-  --use-service-account-credentials=true \
-  --service-account-private-key-file="$CERTS/sa.key" \
-  --root-ca-file="$CERTS/ca.crt" \
-  --service-cluster-ip-range=10.0.0.0/24 \
-  --cluster-cidr="$NODE_CIDR" \
-  --cluster-signing-cert-file="$CERTS/ca.crt" --cluster-signing-key-file="$CERTS/ca.key"
+envtest_controllers_start "$NODE_CIDR"
 
 # --- kube-proxy: the "kubernetes" Service for pods ---
 cat >"$N/kube-proxy.yaml" <<EOF
@@ -216,7 +193,7 @@ iptables:
 # NodePorts on the node's bridge address only, never on the machine's other addresses
 nodePortAddresses: ["$NODE_IP/32"]
 EOF
-start kube-proxy "$DIR/kube-proxy.log" "$BIN/kube-proxy" --config="$N/kube-proxy.yaml"
+envtest_start kube-proxy "$DIR/kube-proxy.log" "$BIN/kube-proxy" --config="$N/kube-proxy.yaml"
 
 # --- the kubelet ---
 cat >"$N/kubelet.yaml" <<EOF
@@ -255,7 +232,7 @@ crashLoopBackOff:
   maxContainerRestartPeriod: 10s
 serializeImagePulls: false
 EOF
-start kubelet "$DIR/kubelet.log" "$BIN/kubelet" \
+envtest_start kubelet "$DIR/kubelet.log" "$BIN/kubelet" \
   --config="$N/kubelet.yaml" \
   --kubeconfig="$N/kubelet.kubeconfig" \
   --root-dir="$N/kubelet" \

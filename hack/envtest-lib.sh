@@ -51,13 +51,13 @@ envtest_sign() {
 # that names this cluster's dir.
 declare -A ENVTEST_PROG=([etcd]="$BIN/etcd" [apiserver]="$BIN/kube-apiserver"
   [scheduler]="$BIN/kube-scheduler" [controller-manager]="$BIN/kube-controller-manager"
-  [kube-proxy]="$BIN/kube-proxy" [kubelet]="$BIN/kubelet"
+  [kube-proxy]="$BIN/kube-proxy" [kubelet]="$BIN/kubelet" [kwok]="$ROOT/target/tools/bin/kwok"
   [containerd]="$(command -v containerd 2>/dev/null || echo /usr/bin/containerd)")
 declare -A ENVTEST_MARK=([etcd]="--data-dir=$DIR/etcd-data" [apiserver]="--cert-dir=$DIR/certs"
   [scheduler]="--kubeconfig=$DIR/node/scheduler.kubeconfig"
   [controller-manager]="--kubeconfig=$DIR/node/controller-manager.kubeconfig"
   [kube-proxy]="--config=$DIR/node/kube-proxy.yaml" [kubelet]="--config=$DIR/node/kubelet.yaml"
-  [containerd]="--config=$DIR/node/containerd.toml")
+  [containerd]="--config=$DIR/node/containerd.toml" [kwok]="--kubeconfig=$DIR/kwok.kubeconfig")
 
 # envtest_is_ours PID NAME: PID is a live (non-zombie) NAME server of this cluster.
 # Only builtins until the last check, so that a scan of /proc stays cheap.
@@ -135,6 +135,10 @@ envtest_stop() {
 }
 
 envtest_stop_all() {
+  # what bench/scale.sh starts beside a plain control plane (no-ops elsewhere)
+  envtest_stop kwok
+  envtest_stop scheduler
+  envtest_stop controller-manager
   envtest_stop apiserver
   envtest_stop etcd
   rm -rf "$DIR/etcd-data" "$DIR/cluster.env"
@@ -218,4 +222,44 @@ envtest_node_down() {
   # directories containerd 1.6 and libcni make at fixed paths, when nothing else uses them
   rmdir /run/containerd/s /run/containerd /var/lib/cni/results /var/lib/cni 2>/dev/null || true
   rm -f "$DIR"/{containerd,scheduler,controller-manager,kube-proxy,kubelet}.pid
+}
+
+# envtest_start NAME LOG PROGRAM ARGS...: in the background, outliving the caller, pid in $DIR/NAME.pid.
+envtest_start() {
+  local name="$1" log="$2"
+  shift 2
+  setsid nohup "$@" </dev/null >"$log" 2>&1 9>&- &
+  echo $! >"$DIR/$name.pid"
+}
+
+# envtest_controllers_start CLUSTER_CIDR: kube-scheduler and kube-controller-manager of this release
+# for the running apiserver of $DIR, each with its own client certificate (system:kube-scheduler,
+# system:kube-controller-manager) and kubeconfig in $DIR/node. Used by cluster-up-node.sh and by
+# bench/scale.sh (a control plane whose nodes are simulated).
+envtest_controllers_start() {
+  local certs="$DIR/certs" url c
+  url="$(sed -n 's/^APISERVER_URL=//p' "$DIR/cluster.env")"
+  mkdir -p "$DIR/node"
+  local client_ext="basicConstraints=critical,CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth"
+  [ -s "$certs/scheduler.crt" ] || envtest_sign "$certs" scheduler "/CN=system:kube-scheduler" "$client_ext"
+  [ -s "$certs/controller-manager.crt" ] || envtest_sign "$certs" controller-manager "/CN=system:kube-controller-manager" "$client_ext"
+  for c in scheduler controller-manager; do
+    write_kubeconfig "$DIR/node/$c.kubeconfig" "$url" "$certs/ca.crt" "$c" cert "$certs/$c.crt" "$certs/$c.key"
+  done
+  envtest_start scheduler "$DIR/scheduler.log" "$BIN/kube-scheduler" \
+    --kubeconfig="$DIR/node/scheduler.kubeconfig" \
+    --bind-address=127.0.0.1 --secure-port=0 \
+    --leader-elect=false
+  envtest_start controller-manager "$DIR/controller-manager.log" "$BIN/kube-controller-manager" \
+    --kubeconfig="$DIR/node/controller-manager.kubeconfig" \
+    --bind-address=127.0.0.1 --secure-port=0 \
+    --leader-elect=false \
+    --use-service-account-credentials=true \
+    --service-account-private-key-file="$certs/sa.key" \
+    --root-ca-file="$certs/ca.crt" \
+    --service-cluster-ip-range=10.0.0.0/24 \
+    --cluster-cidr="$1" \
+    --cluster-signing-cert-file="$certs/ca.crt" --cluster-signing-key-file="$certs/ca.key"
 }

@@ -2,6 +2,7 @@
 # Builds the tools the manifest tests need, from their Go modules, into target/tools/bin:
 #   helm      (helm.sh/helm/v3)                     helm lint, helm template of charts/event-series
 #   promtool  (github.com/prometheus/prometheus)    promtool check rules of config/prometheus
+#   kwok      (sigs.k8s.io/kwok)                     simulated nodes and pods for bench/scale.sh (only when named)
 # A tool is rebuilt only when its version below changes, so a second run takes milliseconds.
 # Usage: hack/tools.sh [name...]   (default: both)
 set -euo pipefail
@@ -11,6 +12,7 @@ BIN="$ROOT/target/tools/bin"
 declare -A MODULE=(
   [helm]="helm.sh/helm/v3/cmd/helm@v3.22.0"
   [promtool]="github.com/prometheus/prometheus/cmd/promtool@v0.316.0"
+  [kwok]="sigs.k8s.io/kwok/cmd/kwok@v0.8.0"
 )
 
 command -v go >/dev/null 2>&1 || export PATH="$PATH:/usr/local/go/bin"

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# `just bench-scale`: event-series at scale on a simulated cluster. Each run gets a fresh control plane
+# (etcd, kube-apiserver, the real kube-scheduler and kube-controller-manager) in target/envtest-bench-scale,
+# kwok (sigs.k8s.io/kwok, built by hack/tools.sh) managing simulated Nodes and their Pods with the Stages of
+# bench/scale/stages.yaml, and, in the runs with the operator, event-series installed the way
+# `kubectl apply -k config/default` installs it (CRD, RBAC, admission policy, FlowSchema; the Deployment
+# scaled to 0, since kwok's Pods run nothing) and run on this machine as that ServiceAccount with the
+# Deployment's flags, metrics over plain HTTP on loopback for the harness. bench/scale.py makes the load
+# and measures.
+#
+# STEPS: "PODS:NAMESPACES" (default "1000:10 5000:100 20000:1000"), with the operator.
+# BILL:  "PODS:NAMESPACES" (default 5000:100): without, with, without the operator, one after the
+#        other, for the API server's bill. BILL="" skips it. WATCH_CACHE=off adds
+#        --watch-cache-sizes=events#0 to every apiserver of the run (default: the apiserver's default).
+# The policy of the runs: finishAfter 3m and seriesWindow 3m (the defaults are 6m: shorter drains).
+# Result: bench/results/scale/<date>/<label>.json per run, and a summary.json.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$ROOT/bench/lib.sh"
+
+STEPS="${STEPS-1000:10 5000:100 20000:1000}"
+BILL="${BILL-5000:100}"
+KWOK="$ROOT/target/tools/bin/kwok"
+[ -x "$KWOK" ] || die "no $KWOK: bash hack/tools.sh kwok"
+[ -x "$BIN/kube-scheduler" ] || die "no $BIN/kube-scheduler: bash hack/build-envtest.sh node"
+[ -x "$OPERATOR" ] || die "no $OPERATOR: cargo build --release"
+OUT="$ROOT/bench/results/scale/$(date -u +%Y%m%dT%H%M%SZ)"
+mkdir -p "$OUT"
+OP_PID=''
+trap 'stop_pid "$OP_PID"; cluster_stop' EXIT
+
+apiserver_args=(--max-requests-inflight=800 --max-mutating-requests-inflight=400)
+[ "${WATCH_CACHE:-on}" = off ] && apiserver_args+=("--watch-cache-sizes=events#0")
+
+# run LABEL PODS NAMESPACES WITH(0|1)
+run() {
+  local label="$1" pods="$2" namespaces="$3" with="$4"
+  log "run $label: $pods pods in $namespaces namespaces, operator $with"
+  cluster_start scale "APISERVER_EXTRA_ARGS=${apiserver_args[*]}"
+  (ENVTEST_DIR="$CLUSTER_DIR" && . "$ROOT/hack/envtest-lib.sh" && envtest_controllers_start 10.244.0.0/16)
+  cp "$KUBECONFIG_FILE" "$CLUSTER_DIR/kwok.kubeconfig"
+  (ENVTEST_DIR="$CLUSTER_DIR" && . "$ROOT/hack/envtest-lib.sh" \
+    && envtest_start kwok "$CLUSTER_DIR/kwok.log" "$KWOK" --kubeconfig="$CLUSTER_DIR/kwok.kubeconfig" \
+      --config="$ROOT/bench/scale/stages.yaml" --manage-all-nodes=false \
+      --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
+      --server-address=127.0.0.1:0 --node-lease-duration-seconds=40)
+  OP_PID=''
+  if [ "$with" = 1 ]; then
+    k apply --server-side -k "$ROOT/config/default" >/dev/null
+    k -n event-series-system scale deployment event-series --replicas=0 >/dev/null
+    k wait --for condition=established crd/eventseriespolicies.eventseries.dev --timeout=60s >/dev/null
+    k apply -f - >/dev/null <<EOF
+apiVersion: eventseries.dev/v1alpha1
+kind: EventSeriesPolicy
+metadata: {name: default}
+spec: {finishAfter: 3m, seriesWindow: 3m}
+EOF
+    local token sa_kubeconfig="$CLUSTER_DIR/kubeconfig-event-series"
+    token="$(k create token event-series -n event-series-system --duration=24h)"
+    write_kubeconfig "$sa_kubeconfig" "$API_URL" "$CLUSTER_DIR/certs/ca.crt" event-series token "$token" \
+      namespace event-series-system
+    KUBECONFIG_FILE="$sa_kubeconfig" operator_start "$CLUSTER_DIR/operator.log" --leader-elect \
+      --lease-namespace event-series-system --instance bench-scale --log-format=json
+    for _ in $(seq 300); do operator_ready && break; sleep 0.2; done
+    operator_ready || die "the operator is not ready (log $CLUSTER_DIR/operator.log)"
+  fi
+  # shellcheck disable=SC1091
+  KUBECTL="$BIN/kubectl" KUBECONFIG="$KUBECONFIG_FILE" CLUSTER_DIR="$CLUSTER_DIR" OP_PID="$OP_PID" \
+    OP_URL="${OP_URL:-}" ETCD_URL="$(. "$CLUSTER_DIR/cluster.env" && echo "$ETCD_URL")" \
+    python3 "$ROOT/bench/scale.py" run "$OUT/$label.json" "$pods" "$namespaces" "$with" "$label"
+  stop_pid "$OP_PID"
+  OP_PID=''
+  cluster_stop
+}
+
+cat >"$OUT/run.json" <<EOF
+{"commit": "$(git -C "$ROOT" rev-parse HEAD)", "dirty": $([ -z "$(git -C "$ROOT" status --porcelain -uno)" ] && echo false || echo true),
+ "machine": $(machine_json), "steps": "$STEPS", "bill": "$BILL", "watch_cache": "${WATCH_CACHE:-on}",
+ "apiserver_args": "${apiserver_args[*]}", "kwok": "$(cat "$ROOT/target/tools/bin/.kwok.version")",
+ "operator_flags": "--leader-elect --log-format=json (config/default) --metrics-secure=false (loopback)",
+ "policy": "finishAfter 3m, seriesWindow 3m", "load_minutes": ${LOAD_MINUTES:-4}}
+EOF
+for step in $STEPS; do
+  run "step-${step%%:*}" "${step%%:*}" "${step##*:}" 1
+done
+if [ -n "$BILL" ]; then
+  run "bill-without-1" "${BILL%%:*}" "${BILL##*:}" 0
+  run "bill-with" "${BILL%%:*}" "${BILL##*:}" 1
+  run "bill-without-2" "${BILL%%:*}" "${BILL##*:}" 0
+fi
+python3 "$ROOT/bench/scale_summary.py" "$OUT"
