@@ -48,7 +48,7 @@ lint:
 unit:
     #!/usr/bin/env bash
     set -euo pipefail
-    unit=(engine properties restart tenants mapping crashloop cli reading)
+    unit=(engine properties restart tenants mapping crashloop cli reading docs)
     cluster=(e2e faults node manifests)
     # A new suite must be put in one list or the other.
     for f in tests/*.rs tests/*/main.rs; do
@@ -92,6 +92,10 @@ bench: && bench-e2e bench-node
 demo:
     bash hack/demo.sh
 
+# Every benchmark, one after the other (about six hours on 2 cores): bench (engine, memory, the end-to-end set, the node), heartbeats, scale, failover, the soak; then the generated tables of docs/ from the new result files.
+bench-all: bench bench-heartbeats bench-scale bench-failover bench-soak
+    python3 bench/tables.py --latest
+
 # The engine's criterion benchmarks of two commits side by side, alternating in the same minutes (bench/results/engine-compare/).
 bench-engine-compare base head="HEAD":
     bash bench/engine-compare.sh {{base}} {{head}}
@@ -109,6 +113,10 @@ bench-scale: bench-build
     bash hack/build-envtest.sh node
     bash hack/tools.sh kwok
     bash bench/scale.sh
+
+# A leader killed with SIGKILL beside 10^6 stored raw events and 10^5 series: Lease, rebuild and first write of the standby, against bare lists of the same objects; peak RSS (bench/failover.sh; HISTORY, SERIES).
+bench-failover: bench-build
+    bash bench/failover.sh
 
 # The default bound, scaled by ten: 10,000 series at a 3-minute heartbeat, default --qps, 6-minute event TTL, 15 min; no object may expire between two writes (bench/heartbeats.sh).
 bench-heartbeats: bench-build

@@ -6,6 +6,7 @@ occurrences event-series counted into series objects, unless the key never made 
 occurrences, by design).
 """
 
+import datetime
 from collections import defaultdict
 
 
@@ -25,24 +26,84 @@ def verdict_of(g):
         return "exact"
     if g["series_objects"] == 0 and g["raw"] == g["raw_objects"]:
         return "lone"  # single occurrences: no series by design
+    if g.get("lone_by_design") and g["series"] == g["raw"] - g["lone_by_design"]:
+        return "exact, lone by design"
     return "differs"
 
 
-def tally(raw, series):
+def lone_by_design(spans, window):
+    """Occurrences that stood alone: more than `window` seconds from every other occurrence of their
+    key, so that no series counts them, by design (a series needs two occurrences within the window).
+
+    spans: per raw object (first, last, count), times in seconds. Only single-occurrence objects are
+    judged (their time is exact); an object counting several occurrences spans [first, last] and
+    stands for occurrences all through it, none of them alone as far as can be known."""
+    spans = sorted(spans)
+    lone = 0
+    for i, (first, last, count) in enumerate(spans):
+        if count != 1:
+            continue
+        others = spans[:i] + spans[i + 1:]
+        if all(first - o_last > window or o_first - first > window for o_first, o_last, _ in others):
+            lone += 1
+    return lone
+
+
+def tally(raw, series, window=None):
     """Per key (of namespace/object/reason/reporter): raw occurrences and objects, series count and objects.
 
-    raw: core/v1 Events (the emitters'), series: events.k8s.io/v1 Events (event-series')."""
-    groups = defaultdict(lambda: {"raw": 0, "raw_objects": 0, "series": 0, "series_objects": 0, "states": []})
+    raw: core/v1 Events (the emitters'), series: events.k8s.io/v1 Events (event-series'). With
+    `window` (seriesWindow in seconds), also the raw occurrences that stood alone by design."""
+    groups = defaultdict(lambda: {"raw": 0, "raw_objects": 0, "series": 0, "series_objects": 0, "states": [],
+                                  "spans": [], "names": []})
     for e in raw:
         g = groups[e["metadata"]["namespace"], group_of(e.get("involvedObject") or {}, e.get("reason") or "",
                                                         e.get("reportingComponent")
                                                         or (e.get("source") or {}).get("component") or "")]
         g["raw"] += occurrences(e)
         g["raw_objects"] += 1
+        g["names"].append(e["metadata"]["name"])
+        first, last = e.get("firstTimestamp") or e.get("eventTime"), e.get("lastTimestamp") or e.get("eventTime")
+        if first and last:
+            g["spans"].append((seconds(first), seconds(last), occurrences(e)))
     for e in series:
         g = groups[e["metadata"]["namespace"], group_of(e.get("regarding") or {}, e.get("reason") or "",
                                                         e.get("reportingController") or "")]
         g["series"] += (e.get("series") or {}).get("count", 1)
         g["series_objects"] += 1
         g["states"].append(e["metadata"].get("labels", {}).get("eventseries.dev/state"))
+    for g in groups.values():
+        spans = g.pop("spans")
+        if window is not None and g["series"] != g["raw"]:
+            g["lone_by_design"] = lone_by_design(spans, window)
     return groups
+
+
+def seconds(t):
+    return datetime.datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp()
+
+
+def lone_in_times(times, window):
+    """Occurrences (sorted times) with no other within `window` before or after."""
+    lone = 0
+    for i, t in enumerate(times):
+        before = i > 0 and t - times[i - 1] <= window
+        after = i + 1 < len(times) and times[i + 1] - t <= window
+        lone += not (before or after)
+    return lone
+
+
+def explain_by_writes(groups, writes, window):
+    """A key whose series hold fewer occurrences than its raw objects is explained when the missing
+    ones are exactly the occurrences that stood alone, timed by the emitters' writes of its raw
+    objects (`writes`: (namespace, object name) -> times, from the apiserver's audit log): believed
+    only when the key's raw objects were written once per occurrence (a legacy recorder creates, then
+    patches count + 1)."""
+    for (ns, _), g in groups.items():
+        if verdict_of(g) in ("exact", "lone"):
+            continue
+        times = sorted(t for name in g["names"] for t in writes.get((ns, name), []))
+        if len(times) != g["raw"]:
+            g["writes_seen"] = len(times)
+            continue
+        g["lone_by_design"] = lone_in_times(times, window)

@@ -99,3 +99,9 @@ stop_pid() {
   kill -TERM "$1" 2>/dev/null || true
   wait "$1" 2>/dev/null || true
 }
+
+# op_metric_sum FAMILY: the sum of every series of one metric family of the operator, as an integer.
+op_metric_sum() {
+  { curl -fsS --max-time 5 "$OP_URL/metrics" || true; } |
+    awk -v m="$1" 'index($1, m "{") == 1 || $1 == m { n += $2 } END { printf "%d\n", n }'
+}

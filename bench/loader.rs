@@ -43,6 +43,18 @@ enum Mode {
         #[arg(long, default_value_t = 10)]
         namespaces: u64,
     },
+    /// Legacy events of loops that ended long ago (1 to 3 occurrences each, one Pod each): the bulk
+    /// of a cluster's stored events, which a restart lists but must not count again.
+    History {
+        #[arg(long)]
+        count: u64,
+        /// Spread over this many namespaces history-0, history-1, ...
+        #[arg(long, default_value_t = 1000)]
+        namespaces: u64,
+        /// Minutes since their last occurrence (beyond seriesWindow, within the event TTL).
+        #[arg(long, default_value_t = 30)]
+        age_minutes: u64,
+    },
     /// Events the operator's watch filters out (label app.kubernetes.io/managed-by=event-series).
     Filler {
         #[arg(long)]
@@ -79,6 +91,19 @@ async fn main() -> anyhow::Result<()> {
             namespaces,
         } => {
             load.seed(count, first, namespaces).await?;
+            Default::default()
+        }
+        Mode::History {
+            count,
+            namespaces,
+            age_minutes,
+        } => {
+            load.history(
+                count,
+                namespaces,
+                std::time::Duration::from_secs(age_minutes * 60),
+            )
+            .await?;
             Default::default()
         }
         Mode::Filler { count, rate } => {

@@ -30,13 +30,15 @@ import urllib.request
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
-from keys import tally, verdict_of  # noqa: E402 - bench/ is on sys.path when run
+from keys import explain_by_writes, tally, verdict_of  # noqa: E402 - bench/ is on sys.path when run
 
 LOOP_SHARE = float(os.environ.get("LOOP_SHARE", "0.2"))
 UNSCHEDULABLE_SHARE = float(os.environ.get("UNSCHEDULABLE_SHARE", "0.02"))
 LOAD_MINUTES = float(os.environ.get("LOAD_MINUTES", "4"))
 SAMPLE_SECONDS = 15
 DRAIN_LIMIT = 15 * 60
+# The runs' policy (bench/scale.sh): seriesWindow 3m, in seconds.
+WINDOW = 180
 PODS_PER_NODE = 200
 STOP = "bench.eventseries.dev/stop"
 CLK = os.sysconf("SC_CLK_TCK")
@@ -166,6 +168,23 @@ def finish_lateness(series, finish_after=180):
             "p99": round(late[min(len(late) - 1, int(len(late) * 0.99))], 2), "max": round(late[-1], 2)}
 
 
+def emitter_writes():
+    """(namespace, Event name) -> times of every create and patch of a core/v1 Event by anyone but the
+    operator, from the apiserver's audit log (bench/scale.sh turns on AUDIT_CORE_EVENTS for the steps;
+    empty without it)."""
+    writes = defaultdict(list)
+    for path in glob.glob(os.path.join(os.environ["CLUSTER_DIR"], "audit*.log")):
+        for line in open(path):
+            e = json.loads(line)
+            ref = e.get("objectRef") or {}
+            if e.get("stage") != "ResponseComplete" or ref.get("resource") != "events" or ref.get("apiGroup"):
+                continue
+            if e.get("verb") not in ("create", "patch") or (e.get("responseStatus") or {}).get("code", 500) >= 300:
+                continue
+            writes[(ref.get("namespace"), ref.get("name"))].append(parse_time(e["stageTimestamp"]))
+    return writes
+
+
 def parse_time(s):
     return datetime.datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
 
@@ -270,11 +289,12 @@ class Run:
         raw = listed("events", "-A", "-l", "!app.kubernetes.io/managed-by")
         series = listed("events.v1.events.k8s.io", "-A", "-l", "app.kubernetes.io/managed-by=event-series")
         verdicts, differs = defaultdict(int), []
-        groups = tally(raw, series)
+        groups = tally(raw, series, window=WINDOW)
+        explain_by_writes(groups, emitter_writes(), WINDOW)
         for key, g in groups.items():
             v = verdict_of(g)
             verdicts[v] += 1
-            if v == "differs":
+            if v != "exact" and v != "lone":
                 differs.append({"namespace": key[0], "key": key[1], **g})
         return {"keys": dict(verdicts), "differs": differs[:50], "raw_objects": len(raw),
                 "finish_lateness_s": finish_lateness(series),

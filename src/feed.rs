@@ -61,6 +61,7 @@ fn is_series_object(ev: &Event, obs: &Observation<'_>) -> bool {
     let Some(name) = ev.metadata.name.as_deref() else {
         return false;
     };
+    let name = object::split_variant(name).0;
     let hex = name.rsplit_once('.').map_or("", |(_, h)| h);
     let Some(hash) = (ev.event_time.is_some() && hex.len() == 16)
         .then(|| u64::from_str_radix(hex, 16).ok())

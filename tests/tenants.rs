@@ -335,6 +335,26 @@ fn a_series_object_under_another_name_or_with_bad_annotations_is_not_adopted() {
         object::decode(&renamed, check(now)),
         Err(DecodeError::NameMismatch { .. })
     ));
+    // Its alternative names (taken when someone else's Event held the first) are its own, up to
+    // the last; any other suffix is not.
+    let name = obj.metadata.name.clone().unwrap();
+    for v in 1..=object::MAX_NAME_VARIANT {
+        let mut alt = obj.clone();
+        alt.metadata.name = Some(format!("{name}-{v}"));
+        assert_eq!(object::decode(&alt, check(now)).unwrap().name_variant, v);
+    }
+    assert_eq!(object::decode(&obj, check(now)).unwrap().name_variant, 0);
+    for suffix in ["-4", "-0", "-11", "x"] {
+        let mut alt = obj.clone();
+        alt.metadata.name = Some(format!("{name}{suffix}"));
+        assert!(
+            matches!(
+                object::decode(&alt, check(now)),
+                Err(DecodeError::NameMismatch { .. })
+            ),
+            "{suffix}"
+        );
+    }
     let mut garbled = obj.clone();
     if let Some(a) = garbled.metadata.annotations.as_mut() {
         a.insert("eventseries.dev/sources".into(), "not-a-source".into());

@@ -92,6 +92,10 @@ pub struct Snapshot {
     pub sources: Vec<Source>,
     /// When the intent was made; written into the object so that every heartbeat changes it.
     pub written_at: DateTime<Utc>,
+    /// Which of the series' deterministic names its object has: 0, the name derived from the key
+    /// and start; n, the n-th alternative, taken when someone else's object held the earlier ones.
+    /// Known to the engine only from a restored object; the writer finds it for a live series.
+    pub name_variant: u8,
 }
 
 /// A write the shell must perform. Later intents for the same series supersede earlier ones.
@@ -120,4 +124,6 @@ pub struct StoredSeries {
     pub watermark: u64,
     pub sources: Vec<Source>,
     pub last_write: Option<DateTime<Utc>>,
+    /// See [`Snapshot::name_variant`].
+    pub name_variant: u8,
 }

@@ -202,6 +202,7 @@ pub fn decode(ev: &Event, check: Check) -> Result<StoredSeries, DecodeError> {
     let claims = annotations(meta)?;
     let (key, note) = key(ev, namespace, id)?;
     let derived = object_name(&key, id, first);
+    let (name, name_variant) = super::split_variant(name);
     if derived != name {
         return Err(DecodeError::NameMismatch {
             name: crate::key::fields::cut(name, 80).to_owned(),
@@ -232,6 +233,7 @@ pub fn decode(ev: &Event, check: Check) -> Result<StoredSeries, DecodeError> {
             })
             .collect(),
         last_write: claims.last_write.map(|t| check.clamp(t)),
+        name_variant,
     })
 }
 

@@ -74,7 +74,55 @@ fn or_else_owned(s: String, fallback: &str) -> String {
 
 /// The object name a snapshot is written under.
 pub fn name_of(s: &Snapshot) -> String {
+    variant_name(&base_name_of(s), s.name_variant)
+}
+
+/// The series' first deterministic name ([`object_name`]), whatever name its object has.
+pub fn base_name_of(s: &Snapshot) -> String {
     object_name(&s.key.view(), s.id, s.first)
+}
+
+/// How many alternative names a series may take when objects of others hold the earlier ones (a
+/// namespace member who predicts a series' name can create an Event there first). Beyond them the
+/// series is not written, and that is logged and counted as a rejected create.
+pub const MAX_NAME_VARIANT: u8 = 3;
+
+/// The `variant`-th deterministic name of the series whose first name is `base`: `base`, then
+/// `base-1` ... `base-3`. Still a DNS subdomain: `base` ends in hex digits and is at most 217 bytes.
+pub fn variant_name(base: &str, variant: u8) -> String {
+    match variant {
+        0 => base.to_owned(),
+        n => format!("{base}-{n}"),
+    }
+}
+
+/// A name as its first name and its variant: the inverse of [`variant_name`]. A name with no
+/// variant suffix (or one beyond [`MAX_NAME_VARIANT`]) is its own first name, variant 0.
+pub fn split_variant(name: &str) -> (&str, u8) {
+    match name.rsplit_once('-') {
+        Some((base, n))
+            if n.len() == 1
+                && base.rsplit_once('.').is_some_and(|(_, h)| {
+                    h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit())
+                }) =>
+        {
+            match n.parse::<u8>() {
+                Ok(v @ 1..=MAX_NAME_VARIANT) => (base, v),
+                _ => (name, 0),
+            }
+        }
+        _ => (name, 0),
+    }
+}
+
+/// Whether `ev`, found at one of the series' names, is the series' own object (written by this
+/// operator for this key: a repeated create) rather than someone else's.
+pub fn is_own_object(ev: &k8s_openapi::api::events::v1::Event, s: &Snapshot) -> bool {
+    let Some(labels) = ev.metadata.labels.as_ref() else {
+        return false;
+    };
+    labels.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY)
+        && labels.get(KEY_LABEL) == Some(&s.id.to_string())
 }
 
 /// The `eventseries.dev/sources` annotation.
@@ -147,6 +195,35 @@ mod tests {
             object_name(&key, KeyId::new(43), t)
         );
         assert_eq!(object_name(&key, id, t), object_name(&key, id, t));
+    }
+
+    #[test]
+    fn variant_names_split_back_and_stay_dns_subdomains() {
+        let id = KeyId::new(42);
+        let t = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        let key = KeyRef {
+            regarding: ObjectRef {
+                name: &"a".repeat(400),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let base = object_name(&key, id, t);
+        for v in 0..=MAX_NAME_VARIANT {
+            let name = variant_name(&base, v);
+            assert!(is_dns_subdomain(&name), "{name:?}");
+            assert_eq!(split_variant(&name), (base.as_str(), v));
+        }
+        // Not variants: beyond the last, two digits, no hash before the dash, an ordinary name.
+        for name in [
+            format!("{base}-4"),
+            format!("{base}-0"),
+            format!("{base}-10"),
+            "web-1".to_owned(),
+            "web.12345-1".to_owned(),
+        ] {
+            assert_eq!(split_variant(&name), (name.as_str(), 0), "{name:?}");
+        }
     }
 
     #[test]

@@ -5,9 +5,11 @@
 //!   [`fair`] hands out the due ones, namespaces in turn; this module performs them.
 //! - A client-side rate limit (QPS and burst, `governor`) paces every request.
 //! - Heartbeats and finishes are JSON merge patches of the whole series object (RBAC verb `patch`).
-//! - What to do after each answer is decided by [`next`], a pure function: 409 on create → patch
-//!   (the object exists: a repeated create); 404 on patch → create (the object vanished: TTL or
-//!   deleted); 429, 5xx, timeouts and transport errors → retry after exponential backoff with jitter
+//! - What to do after each answer is decided by [`next`], a pure function: 409 on create → read the
+//!   object at that name: the series' own (a repeated create) → patch; someone else's (a namespace
+//!   member created an Event there first) → create under the series' next deterministic name
+//!   ([`crate::object::variant_name`]), never a write into another's object; 404 on patch → create
+//!   (the object vanished: TTL or deleted); 429, 5xx, timeouts and transport errors → retry after exponential backoff with jitter
 //!   (`backon`), never sooner than the server's Retry-After; other 4xx → logged with the object,
 //!   counted in `api_requests_total{verb,code}`, not retried.
 //! - Before each request the writer asks the [`WriteFence`]: a replica that may no longer lead starts
@@ -24,7 +26,7 @@ use crate::intent::Intent;
 use crate::leader::WriteFence;
 use crate::leader::elector::Fence;
 use crate::metrics::Metrics;
-use crate::object::to_event;
+use crate::object::{self, to_event};
 use futures::stream::{FuturesUnordered, StreamExt};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use k8s_openapi::api::events::v1::Event;
@@ -41,6 +43,8 @@ use tokio::time::Instant;
 pub enum Verb {
     Create,
     Patch,
+    /// Reads the object at the series' name after a create answered 409: whose is it?
+    Verify,
 }
 
 impl Verb {
@@ -48,6 +52,7 @@ impl Verb {
         match self {
             Verb::Create => "create",
             Verb::Patch => "patch",
+            Verb::Verify => "get",
         }
     }
 }
@@ -67,6 +72,8 @@ pub enum Answer {
     Transport(String),
     /// Not sent: the fence closed while the request waited for the rate limit.
     NotSent,
+    /// A [`Verb::Verify`] found an object that is not the series' own at its name (HTTP 200).
+    Taken,
 }
 
 impl Answer {
@@ -77,6 +84,7 @@ impl Answer {
             Answer::Timeout => "timeout".into(),
             Answer::Transport(_) => "error".into(),
             Answer::NotSent => "not_sent".into(),
+            Answer::Taken => "200".into(),
         }
     }
 
@@ -108,6 +116,8 @@ impl Answer {
 pub enum Next {
     Done,
     Then(Verb),
+    /// The name is someone else's: create under the series' next name.
+    Rename,
     /// Retry the same verb, not before this (the server's Retry-After), or after the next backoff.
     Retry {
         at_least: Duration,
@@ -123,6 +133,7 @@ pub fn next(verb: Verb, answer: &Answer) -> Next {
                 at_least: Duration::ZERO,
             };
         }
+        Answer::Taken => return Next::Rename,
         Answer::Status {
             code,
             retry_after,
@@ -130,8 +141,14 @@ pub fn next(verb: Verb, answer: &Answer) -> Next {
         } => (*code, *retry_after, message),
     };
     match (verb, code) {
+        // The object at the name is the series' own (a repeated create): update it.
+        (Verb::Verify, 200..=299) => Next::Then(Verb::Patch),
         (_, 200..=299) => Next::Done,
-        (Verb::Create, 409) => Next::Then(Verb::Patch),
+        (Verb::Create, 409) => Next::Then(Verb::Verify),
+        // Gone between the create and the read: create again.
+        (Verb::Verify, 404) => Next::Then(Verb::Create),
+        // An install whose role lacks `get` (an older RBAC): update as before this check.
+        (Verb::Verify, 403) => Next::Then(Verb::Patch),
         (Verb::Patch, 404) => Next::Then(Verb::Create),
         // An update conflict: write the latest state again.
         (Verb::Patch, 409) => Next::Retry {
@@ -211,7 +228,9 @@ impl Writer {
     /// One request, over by `until` (the fence's limit) at the latest.
     fn write(&self, job: Job, until: Instant) -> impl Future<Output = Outcome> + use<> {
         let api: Api<Event> = Api::namespaced(self.client.clone(), &job.target.namespace);
-        let object = to_event(&job.intent.series);
+        let name = object::variant_name(&job.target.name, job.variant);
+        let mut object = to_event(&job.intent.series);
+        object.metadata.name = Some(name.clone());
         let (limiter, fence) = (self.limiter.clone(), self.fence.clone());
         async move {
             let request = async {
@@ -226,15 +245,17 @@ impl Writer {
                         201,
                     ),
                     Verb::Patch => Answer::of(
-                        api.patch(
-                            &job.target.name,
-                            &PatchParams::default(),
-                            &Patch::Merge(&object),
-                        )
-                        .await
-                        .map(drop),
+                        api.patch(&name, &PatchParams::default(), &Patch::Merge(&object))
+                            .await
+                            .map(drop),
                         200,
                     ),
+                    Verb::Verify => match api.get(&name).await {
+                        Ok(found) if !object::is_own_object(&found, &job.intent.series) => {
+                            Answer::Taken
+                        }
+                        found => Answer::of(found.map(drop), 200),
+                    },
                 }
             };
             let answer = tokio::time::timeout_at(until, request)
@@ -270,6 +291,10 @@ impl Writer {
             .answered(std::time::Instant::now(), &job, &answer)
         {
             Settled::Done => self.settle(),
+            Settled::Renamed { variant } => {
+                tracing::warn!(%namespace, %name, variant,
+                    "an Event that is not the series' own holds its name: the series takes its next name");
+            }
             Settled::Rejected { why, intent } => {
                 tracing::error!(%namespace, %name, verb = job.verb.as_str(),
                     object = ?to_event(&intent.series), error = %why, "series write rejected");
@@ -454,7 +479,11 @@ mod tests {
         use Verb::*;
         assert_eq!(next(Create, &status(201, None)), Next::Done);
         assert_eq!(next(Patch, &status(200, None)), Next::Done);
-        assert_eq!(next(Create, &status(409, None)), Next::Then(Patch));
+        // 409 on create: read the object at the name; write into it only if it is the series' own.
+        assert_eq!(next(Create, &status(409, None)), Next::Then(Verify));
+        assert_eq!(next(Verify, &status(200, None)), Next::Then(Patch));
+        assert_eq!(next(Verify, &Answer::Taken), Next::Rename);
+        assert_eq!(next(Verify, &status(404, None)), Next::Then(Create));
         assert_eq!(next(Patch, &status(404, None)), Next::Then(Create));
         let s = Duration::from_secs(3);
         assert_eq!(

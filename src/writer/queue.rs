@@ -30,7 +30,9 @@ impl Target {
         let s = &intent.series;
         Target {
             namespace: s.key.view().namespace.to_owned(),
-            name: object::name_of(s),
+            // The first name: every write of one series meets in one pending entry, whatever
+            // name its object turns out to have.
+            name: object::base_name_of(s),
         }
     }
 }
@@ -40,6 +42,8 @@ impl Target {
 pub struct Job {
     pub target: Arc<Target>,
     pub verb: Verb,
+    /// Which of the series' names the request goes to ([`object::variant_name`] of `target.name`).
+    pub variant: u8,
     /// Which state of the series this write carries; its answer names it back.
     pub seq: u64,
     pub intent: Intent,
@@ -112,10 +116,13 @@ impl Owed {
 pub enum Settled {
     /// Written; nothing newer is pending for this series.
     Done,
-    /// Not written and not retried (a 4xx other than 404/409): the intent that was rejected.
+    /// Not written and not retried (a 4xx other than 404/409, or every name of the series taken):
+    /// the intent that was rejected.
     Rejected { why: String, intent: Box<Intent> },
     /// Another request follows: a different verb, a newer state, or a retry after `after`.
     Again { after: Duration },
+    /// Someone else's object holds the series' name: a create under its `variant`-th name follows.
+    Renamed { variant: u8 },
     /// The answer was for a write the queue no longer knows.
     Unknown,
 }
@@ -131,6 +138,8 @@ struct Pending {
     in_flight: bool,
     /// Waits in [`Queue::deferred`] rather than [`Queue::waiting`].
     deferred: bool,
+    /// Which of the series' names its object has ([`object::variant_name`]).
+    variant: u8,
 }
 
 fn delays() -> backon::ExponentialBackoff {
@@ -158,6 +167,10 @@ pub struct Queue {
     in_flight: usize,
     /// Since when the queue has had work and no answer has moved it on (see [`Queue::stuck_since`]).
     waiting_since: Option<Instant>,
+    /// The live series whose object has another than its first name, found by a create that met
+    /// someone else's object; forgotten when its finish is written. (The engine knows the name of a
+    /// restored series only, from its object: see `Snapshot::name_variant`.)
+    renamed: HashMap<Arc<Target>, u8>,
 }
 
 impl Queue {
@@ -170,6 +183,7 @@ impl Queue {
             capacity: capacity.max(1),
             in_flight: 0,
             waiting_since: None,
+            renamed: HashMap::new(),
         }
     }
 
@@ -218,6 +232,10 @@ impl Queue {
     /// (which keeps its place, its verb if it is still a create, and its backoff).
     pub fn push(&mut self, now: Instant, intent: Intent) {
         let target = Arc::new(Target::of(&intent));
+        let variant = intent
+            .series
+            .name_variant
+            .max(self.renamed.get(&target).copied().unwrap_or(0));
         self.intents += 1;
         let seq = self.intents;
         if self.pending.is_empty() {
@@ -230,6 +248,7 @@ impl Queue {
             p.owed = p.owed.merge(Owed::of(&intent));
             p.intent = intent;
             p.seq = seq;
+            p.variant = p.variant.max(variant);
             if p.deferred && !p.owed.deferrable() && !p.in_flight {
                 // A refresh waiting behind everything became a heartbeat or a finish: it is due now.
                 self.schedule(target, now);
@@ -246,6 +265,7 @@ impl Queue {
                 delays: delays(),
                 in_flight: false,
                 deferred: false,
+                variant,
             },
         );
         self.schedule(target, now);
@@ -275,6 +295,7 @@ impl Queue {
                 self.in_flight += 1;
                 jobs.push(Job {
                     verb: p.verb,
+                    variant: p.variant,
                     seq: p.seq,
                     intent: p.intent.clone(),
                     owed: std::mem::take(&mut p.owed),
@@ -322,9 +343,14 @@ impl Queue {
                 }
             }
             Next::Done => {
-                self.pending.remove(&job.target);
+                if let Some(p) = self.pending.remove(&job.target)
+                    && matches!(p.intent.kind, WriteKind::Finish(_))
+                {
+                    self.renamed.remove(&job.target);
+                }
                 Settled::Done
             }
+            Next::Rename => self.next_name(job),
             Next::Then(verb) => {
                 p.verb = verb;
                 Settled::Again {
@@ -352,8 +378,10 @@ impl Queue {
                 }
             }
         };
-        if let Settled::Again { after } = settled {
-            self.schedule(job.target.clone(), now + after);
+        match settled {
+            Settled::Again { after } => self.schedule(job.target.clone(), now + after),
+            Settled::Renamed { .. } => self.schedule(job.target.clone(), now),
+            _ => {}
         }
         let progress = !matches!(next(job.verb, answer), Next::Retry { .. } | Next::Reject(_))
             || matches!(settled, Settled::Rejected { .. });
@@ -363,6 +391,28 @@ impl Queue {
             self.waiting_since = Some(now);
         }
         settled
+    }
+
+    /// Someone else's object holds the name `job` went to: the series' next name, or, past the last,
+    /// the write given up.
+    fn next_name(&mut self, job: &Job) -> Settled {
+        if let Some(p) = self.pending.get_mut(&job.target)
+            && p.variant < object::MAX_NAME_VARIANT
+        {
+            p.variant += 1;
+            p.verb = Verb::Create;
+            self.renamed.insert(job.target.clone(), p.variant);
+            return Settled::Renamed { variant: p.variant };
+        }
+        let p = self.pending.remove(&job.target);
+        self.renamed.remove(&job.target);
+        Settled::Rejected {
+            why: format!(
+                "every name of the series (the first and {} more) is held by an Event that is not its own",
+                object::MAX_NAME_VARIANT
+            ),
+            intent: Box::new(p.map_or_else(|| job.intent.clone(), |p| p.intent)),
+        }
     }
 
     /// Since when the queue has had work without any write going through, if it has work that is
@@ -509,10 +559,65 @@ mod tests {
         q.push(t0, intent("a", WriteKind::Create, 2));
         let job = q.take_due(t0, 1).remove(0);
         q.answered(t0, &job, &status(409));
+        // Whose object holds the name? The series' own (a repeated create): patch it.
+        let job = q.take_due(t0, 1).remove(0);
+        assert_eq!(job.verb, Verb::Verify);
+        q.answered(t0, &job, &status(200));
         let job = q.take_due(t0, 1).remove(0);
         assert_eq!(job.verb, Verb::Patch);
         q.answered(t0, &job, &status(404));
         assert_eq!(q.take_due(t0, 1)[0].verb, Verb::Create);
+    }
+
+    #[test]
+    fn a_name_held_by_someone_elses_object_is_never_written_and_the_series_moves_on() {
+        let t0 = Instant::now();
+        let mut q = Queue::new(100);
+        q.push(t0, intent("a", WriteKind::Create, 2));
+        let mut seen = Vec::new();
+        for variant in 0..=object::MAX_NAME_VARIANT {
+            let job = q.take_due(t0, 1).remove(0);
+            assert_eq!((job.verb, job.variant), (Verb::Create, variant));
+            q.answered(t0, &job, &status(409));
+            let job = q.take_due(t0, 1).remove(0);
+            assert_eq!((job.verb, job.variant), (Verb::Verify, variant));
+            seen.push(q.answered(t0, &job, &Answer::Taken));
+        }
+        // Renamed three times, then given up: every name is someone else's.
+        assert_eq!(
+            seen[..3],
+            [1, 2, 3].map(|variant| Settled::Renamed { variant })
+        );
+        assert!(matches!(seen[3], Settled::Rejected { .. }));
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn a_renamed_series_keeps_its_name_until_its_finish_is_written() {
+        let t0 = Instant::now();
+        let mut q = Queue::new(100);
+        q.push(t0, intent("a", WriteKind::Create, 2));
+        let job = q.take_due(t0, 1).remove(0);
+        q.answered(t0, &job, &status(409));
+        let job = q.take_due(t0, 1).remove(0);
+        q.answered(t0, &job, &Answer::Taken);
+        let job = q.take_due(t0, 1).remove(0);
+        assert_eq!(q.answered(t0, &job, &status(201)), Settled::Done);
+        // A later heartbeat, and the finish, go to the name the create took.
+        q.push(t0, intent("a", WriteKind::Heartbeat, 5));
+        let job = q.take_due(t0, 1).remove(0);
+        assert_eq!((job.verb, job.variant), (Verb::Patch, 1));
+        assert_eq!(q.answered(t0, &job, &status(200)), Settled::Done);
+        q.push(t0, intent("a", WriteKind::Finish(FinishCause::Quiet), 6));
+        let job = q.take_due(t0, 1).remove(0);
+        assert_eq!(job.variant, 1);
+        assert_eq!(q.answered(t0, &job, &status(200)), Settled::Done);
+        assert!(q.renamed.is_empty());
+        // A restored series names its variant itself.
+        let mut restored = intent("b", WriteKind::Heartbeat, 3);
+        restored.series.name_variant = 2;
+        q.push(t0, restored);
+        assert_eq!(q.take_due(t0, 1)[0].variant, 2);
     }
 
     #[test]

@@ -32,6 +32,26 @@ fn seeded(ns: &str, i: u64) -> Event {
     )
 }
 
+/// A legacy event of Pod `i` from `age` ago: what most of a cluster's stored events are, a loop long
+/// over (`count` occurrences, the last `age` ago), which a restart must list but not count again.
+fn history(ns: &str, i: u64, age: Duration) -> Event {
+    let pod = format!("old-{i:07}");
+    let last = Timestamp::now() - age;
+    let count = 1 + (i % 3) as i32;
+    kubelet(
+        ns,
+        &format!("{pod}.history"),
+        numbered_pod(ns, &pod, i),
+        "BackOff",
+        backoff_message(ns, &pod),
+        Occurrences {
+            count,
+            first: last - Duration::from_secs(10 * (count as u64 - 1)),
+            last,
+        },
+    )
+}
+
 /// A new-style (tools/events-like) event of Pod `i`, first occurrence now.
 fn new_style(ns: &str, i: u64) -> Event {
     let pod = format!("web-{i:07}");
@@ -115,6 +135,25 @@ impl Load {
             async move { api.create(&PostParams::default(), &seeded(&ns, i)).await }
         });
         self.send("seed", requests).await;
+        Ok(())
+    }
+
+    /// `count` legacy events of finished loops (see `history`), the last occurrence `age` ago,
+    /// spread over namespaces `history-0` .. `history-<namespaces - 1>`.
+    pub async fn history(&self, count: u64, namespaces: u64, age: Duration) -> anyhow::Result<()> {
+        let namespaces = namespaces.max(1);
+        for n in 0..namespaces {
+            ensure_namespace(&self.client, &format!("history-{n}")).await?;
+        }
+        let requests = futures::stream::iter(0..count).map(|i| {
+            let ns = format!("history-{}", i % namespaces);
+            let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
+            async move {
+                api.create(&PostParams::default(), &history(&ns, i, age))
+                    .await
+            }
+        });
+        self.send("history", requests).await;
         Ok(())
     }
 

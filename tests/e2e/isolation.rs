@@ -285,3 +285,137 @@ async fn a_flood_and_forged_copies_leave_a_quiet_namespace_its_series() -> Resul
     drop(cluster);
     Ok(())
 }
+
+/// A namespace member who creates an Event at a series' name before the operator does (the name is
+/// derived from the key and the start, so it can be predicted): the operator never writes into
+/// it; the series takes its next deterministic name, keeps it across a restart, and ends there with
+/// every occurrence.
+#[tokio::test]
+async fn a_name_taken_by_a_tenants_event_is_left_alone_and_the_series_takes_the_next() -> Result<()>
+{
+    let admin = client().await?;
+    let ns = TestNamespace::new(&admin, "taken_name").await?;
+    let other = TestNamespace::new(&admin, "taken_name_other").await?;
+    let tenant = tenant_client(&admin, kubeconfig(), &ns.name, &other.name).await?;
+    let raw_api: Api<CoreEvent> = Api::namespaced(tenant, &ns.name);
+    // The loop's first two occurrences, whole seconds apart, as the kubelet writes them.
+    let start = Timestamp::from_second(Timestamp::now().as_second())?;
+    let regarding = app_container(&ns.name, "web", "uid-web".into());
+    let first = kubelet(
+        &ns.name,
+        "web.raw",
+        regarding.clone(),
+        "BackOff",
+        "Back-off".into(),
+        Occurrences::at(1, start),
+    );
+    let second = kubelet(
+        &ns.name,
+        "web.raw",
+        regarding,
+        "BackOff",
+        "Back-off".into(),
+        Occurrences {
+            count: 2,
+            first: start,
+            last: start + Duration::from_secs(1),
+        },
+    );
+    // The tenant computes the series' name as the operator will (the same engine, in process).
+    let name = predicted_name(&[&first, &second])?;
+    let squatter = CoreEvent {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(ns.name.clone()),
+            annotations: Some([("owner".to_owned(), "tenant".to_owned())].into()),
+            ..Default::default()
+        },
+        involved_object: app_container(&ns.name, "decoy", "uid-decoy".into()),
+        reason: Some("Squatting".into()),
+        message: Some("created before the series".into()),
+        type_: Some("Normal".into()),
+        ..Default::default()
+    };
+    let squatter = raw_api.create(&PostParams::default(), &squatter).await?;
+
+    let args = [
+        "--namespace",
+        &ns.name,
+        "--finish-after",
+        "10s",
+        "--series-window",
+        "10s",
+    ];
+    let op = OPERATOR.launch(kubeconfig(), &ns.name, &args)?;
+    raw_api.create(&PostParams::default(), &first).await?;
+    let patch =
+        serde_json::json!({"count": 2, "lastTimestamp": Time(start + Duration::from_secs(1))});
+    raw_api
+        .patch("web.raw", &PatchParams::default(), &Patch::Merge(patch))
+        .await?;
+    let renamed = format!("{name}-1");
+    wait_for(
+        &admin,
+        &ns.name,
+        "the series under its second name",
+        |objs| {
+            objs.iter()
+                .any(|e| e.metadata.name.as_deref() == Some(renamed.as_str()))
+        },
+    )
+    .await?;
+    let verified = op.metric("event_series_api_requests_total{verb=\"get\",code=\"200\"}");
+    ensure!(
+        verified >= 1.0,
+        "the object at the name was not read: {verified}"
+    );
+    // A restart in the middle of the loop: the series is restored from its renamed object.
+    op.kill9()?;
+    let op = OPERATOR.launch(kubeconfig(), &format!("{}-restarted", ns.name), &args)?;
+    for n in 3..=6 {
+        let at = Time(Timestamp::now());
+        let patch = serde_json::json!({"count": n, "lastTimestamp": at});
+        raw_api
+            .patch("web.raw", &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let objs = wait_for(
+        &admin,
+        &ns.name,
+        "one Finished series of 6 under its second name",
+        |objs| {
+            objs.len() == 1
+                && objs[0].metadata.name.as_deref() == Some(renamed.as_str())
+                && state(&objs[0]) == "Finished"
+                && count(&objs[0]) == 6
+        },
+    )
+    .await?;
+    // The tenant's object was never written.
+    let core: Api<CoreEvent> = Api::namespaced(admin.clone(), &ns.name);
+    let now = core.get(&name).await?;
+    ensure!(
+        now.metadata.resource_version == squatter.metadata.resource_version,
+        "the tenant's Event at the series' first name was written: {now:?}"
+    );
+    drop((objs, op));
+    other.cleanup().await?;
+    ns.cleanup().await
+}
+
+/// The name the operator's engine gives the series these raw event states make.
+fn predicted_name(states: &[&CoreEvent]) -> Result<String> {
+    use event_series::engine::Engine;
+    let mut engine = Engine::with_settings(event_series::config::Settings::default());
+    let now = chrono::Utc::now();
+    for ev in states {
+        engine.observe(now, &event_series::key::normalise(ev)?);
+    }
+    let intent = engine
+        .take_intents()
+        .into_iter()
+        .next()
+        .context("no series")?;
+    Ok(event_series::object::name_of(&intent.series))
+}

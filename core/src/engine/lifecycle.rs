@@ -65,6 +65,7 @@ impl Engine {
             tally,
             next_heartbeat: micros(next_heartbeat),
             refresh_step,
+            name_variant: 0,
             timer_due: 0,
             restored: None,
         };
@@ -171,6 +172,7 @@ impl Engine {
             watermark: self.watermark,
             sources: t.sources.iter().map(|s| s.public()).collect(),
             written_at: now,
+            name_variant: s.name_variant,
         }
     }
 

@@ -183,6 +183,7 @@ impl Engine {
             next_heartbeat: micros(next_heartbeat),
             written_count: p.count,
             refresh_step,
+            name_variant: p.name_variant,
             timer_due: 0,
             restored: Some(p.count),
         };
@@ -291,6 +292,7 @@ mod tests {
             watermark: 0,
             sources: Vec::new(),
             last_write: Some(first + TimeDelta::minutes(1)),
+            name_variant: 0,
         }
     }
 

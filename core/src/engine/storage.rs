@@ -154,6 +154,8 @@ pub(super) struct Series {
     pub written_count: u64,
     /// The next early refresh ([`crate::settings::Settings::refresh_after`]); past the last: none.
     pub refresh_step: u8,
+    /// [`crate::intent::Snapshot::name_variant`] of its restored object (0 for a new series).
+    pub name_variant: u8,
     /// Due time of the series' one live timer; other timers for the key are stale.
     pub timer_due: Micros,
     /// Rebuilt from its object (`Some` of the count it held), until the recovery ends. While

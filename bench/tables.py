@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""The tables of docs/BENCHMARKS.md and docs/FAULTS.md that are generated from result files.
+
+A generated table sits between two markers that name its generator and its result file:
+
+    <!-- table: scale-steps bench/results/scale/20261126T035645Z/summary.json -->
+    | ... |
+    <!-- /table -->
+
+    python3 bench/tables.py           rewrites every generated table from its file
+    python3 bench/tables.py --latest  the same, each marker first pointed at the newest result file of
+                                      its kind (the date in its path: `just bench-all` ends with this)
+    python3 bench/tables.py --check   exits 1 and names each table that differs from its file
+                                      (tests/docs.rs runs this)
+
+The result file's commit and machine are printed under each table, so a figure always says what it
+measured.
+"""
+
+import glob
+import json
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOCS = ["docs/BENCHMARKS.md", "docs/FAULTS.md"]
+MARKER = re.compile(r"<!-- table: (\S+) (\S+) -->\n(.*?)<!-- /table -->\n", re.S)
+
+
+def n(v, digits=0):
+    """A number as the docs write it: thousands separated, '-' for none."""
+    if v is None:
+        return "-"
+    if isinstance(v, float) and digits:
+        return "{:,.{d}f}".format(v, d=digits)
+    return "{:,}".format(round(v))
+
+
+def table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def source(d, path):
+    m = d.get("machine") or {}
+    return "\n<sub>From [`{p}`](../{p}): commit {c}, {cpu} × {nproc}, load average {load} at the start, {date}.</sub>\n".format(
+        p=path, c=d.get("commit", "?")[:7], cpu=m.get("cpu", "?"), nproc=m.get("nproc", "?"),
+        load=m.get("loadavg", "?").split()[0], date=m.get("date", "?"))
+
+
+def scale_steps(d):
+    rows = []
+    for s in d["steps"]:
+        keys = s.get("keys") or {}
+        fl = s.get("finish_lateness_s") or {}
+        rows.append([
+            "{} pods / {} ns / {} nodes".format(n(s["pods"]), n(s["namespaces"]), n(s["nodes"])),
+            n(s["core_event_writes_per_s"], 1),
+            "{} / {}".format(n(s["create_p50_s"], 2), n(s["create_p99_s"], 2)),
+            "{} / {}".format(n(fl.get("p99"), 1), n(fl.get("max"), 1)),
+            "{} % / {} %".format(n(s["operator_cpu_percent"], 1), n(s["apiserver_cpu_percent"], 1)),
+            n(s["operator_peak_rss_mib"], 1),
+            n(s["watch_bytes_per_s"]),
+            "{} exact{}, {} single, {} off".format(
+                n(keys.get("exact", 0) + keys.get("exact, lone by design", 0)),
+                " ({} of them beside occurrences alone by design)".format(n(keys["exact, lone by design"]))
+                if keys.get("exact, lone by design") else "",
+                n(keys.get("lone", 0)), n(keys.get("differs", 0))),
+            "{} / {}".format(n(s["occurrences_in_series"]), n(s["raw_occurrences"])),
+        ])
+    return table(["step", "core Event writes/s at the API server", "create p50 / p99 (s)",
+                  "finish lateness p99 / max (s)", "CPU operator / apiserver", "operator peak RSS (MiB)",
+                  "watch bytes/s to the operator", "keys", "occurrences in series / raw"], rows)
+
+
+def scale_bill(d):
+    b = d["bill"]
+    runs = [x for x in ("bill-without-1", "bill-with", "bill-without-2") if x in b]
+    pick = [
+        ("API server CPU", lambda r: "{} %".format(n(r["apiserver_cpu_percent"], 1))),
+        ("etcd CPU", lambda r: "{} %".format(n(r["etcd_cpu_percent"], 1))),
+        ("etcd puts", lambda r: n(r["etcd_puts"])),
+        ("API requests, all", lambda r: n(r["requests_total"])),
+        ("of them on Events (verb: count)", lambda r: ", ".join(
+            "{} {}".format(k.replace("events.k8s.io/events", "events.k8s.io").replace("core/events", "core"), n(v))
+            for k, v in sorted(r["events_requests"].items()))),
+        ("on Leases", lambda r: n(r["lease_requests"])),
+        ("bytes sent on watches of core Events", lambda r: n(r["watch_bytes_core_events"])),
+    ]
+    rows = [[name] + [f(b[x]) for x in runs] for name, f in pick]
+    return table([""] + [x.replace("bill-", "") for x in runs], rows)
+
+
+def heartbeats(d):
+    a = d["audit"]
+    return table(["", ""], [
+        ["series, heartbeat, flags", "{}, {}".format(n(d["series"]), d["flags"])],
+        ["writes (apiserver audit log) / objects", "{} / {}".format(n(a["writes"]), n(a["objects"]))],
+        ["longest time between two writes of one object", "**{} s**".format(a["longest_gap_s"])],
+        ["heartbeats and refreshes written, mean wait", "{}, {} s".format(n(d["heartbeats"]),
+                                                                          d["heartbeat_latency_mean_s"])],
+        ["most writes pending", n(d["max_pending"])],
+        ["occurrences counted", n(d["occurrences_counted"])],
+    ])
+
+
+def soak(d):
+    k = d["keys"]
+    w = d.get("writes") or {}
+    first, second = d["leader_first_half"], d["leader_second_half"]
+    return table(["", ""], [
+        ["keys checked", "{} exact, {} single occurrences, {} off".format(k["exact"], k["lone"], k["differs"])],
+        ["occurrences in series / raw", "{} / {}".format(n(d["occurrences_in_series"]), n(d["raw_occurrences"]))],
+        ["leader deletions / apiserver restarts", "{} / {}".format(len(d["leader_deletes"]),
+                                                                   len(d["apiserver_restarts"]))],
+        ["leader RSS median, 1st / 2nd hour (MiB)", "{} / {}".format(n(first["rss_kib"]["median"] / 1024, 1),
+                                                                    n(second["rss_kib"]["median"] / 1024, 1))],
+        ["open descriptors, tokio tasks (median)", "{}, {}".format(n(second["fds"]["median"]),
+                                                                   n(second["tasks"]["median"]))],
+        ["event-series writes per loop", n(w.get("event_series_writes_per_loop"), 2)],
+    ])
+
+
+GENERATORS = {"scale-steps": scale_steps, "scale-bill": scale_bill, "heartbeats": heartbeats, "soak": soak}
+
+
+DATE = re.compile(r"\d{8}T\d{6}Z")
+
+
+def newest(path):
+    """The newest result file of the kind of `path`: its date part replaced by the latest there is."""
+    found = sorted(glob.glob(os.path.join(ROOT, DATE.sub("*", path))))
+    return os.path.relpath(found[-1], ROOT) if found else path
+
+
+def render(text, latest=False):
+    def one(m):
+        name, path = m.group(1), m.group(2)
+        if latest:
+            path = newest(path)
+        with open(os.path.join(ROOT, path)) as f:
+            d = json.load(f)
+        run = os.path.dirname(os.path.join(ROOT, path))
+        if "commit" not in d and os.path.exists(os.path.join(run, "commit")):
+            # a soak keeps its commit and machine beside its summary
+            with open(os.path.join(run, "commit")) as f:
+                d["commit"] = f.read().strip()
+            with open(os.path.join(run, "machine.json")) as f:
+                d["machine"] = json.load(f)
+        return "<!-- table: {} {} -->\n{}{}<!-- /table -->\n".format(name, path, GENERATORS[name](d), source(d, path))
+    return MARKER.sub(one, text)
+
+
+def main():
+    check = sys.argv[1:] == ["--check"]
+    latest = sys.argv[1:] == ["--latest"]
+    if sys.argv[1:] and not (check or latest):
+        sys.exit(__doc__)
+    stale = []
+    for doc in DOCS:
+        path = os.path.join(ROOT, doc)
+        with open(path) as f:
+            text = f.read()
+        new = render(text, latest)
+        if new != text:
+            if check:
+                stale += ["{}: {}".format(doc, m.group(1) + " " + m.group(2)) for m, o in zip(
+                    MARKER.finditer(new), MARKER.finditer(text)) if m.group(0) != o.group(0)]
+            else:
+                with open(path, "w") as f:
+                    f.write(new)
+    if stale:
+        sys.exit("tables that differ from their result files (python3 bench/tables.py rewrites them):\n  "
+                 + "\n  ".join(stale))
+
+
+if __name__ == "__main__":
+    main()
