@@ -288,15 +288,28 @@ class Run:
     def check(self):
         raw = listed("events", "-A", "-l", "!app.kubernetes.io/managed-by")
         series = listed("events.v1.events.k8s.io", "-A", "-l", "app.kubernetes.io/managed-by=event-series")
-        verdicts, differs = defaultdict(int), []
+        verdicts, differs, explained = defaultdict(int), [], []
         groups = tally(raw, series, window=WINDOW)
-        explain_by_writes(groups, emitter_writes(), WINDOW)
+        writes = emitter_writes()
+        explain_by_writes(groups, writes, WINDOW)
+        by_name = {(e["metadata"]["namespace"], e["metadata"]["name"]): e for e in raw}
         for key, g in groups.items():
             v = verdict_of(g)
             verdicts[v] += 1
-            if v != "exact" and v != "lone":
-                differs.append({"namespace": key[0], "key": key[1], **g})
-        return {"keys": dict(verdicts), "differs": differs[:50], "raw_objects": len(raw),
+            if v in ("exact", "lone"):
+                continue
+            # Everything known about the key, to tell an occurrence alone by design from one lost.
+            row = {"namespace": key[0], "key": key[1], "verdict": v, **g,
+                   "raw_spans": [[by_name[(key[0], n)].get("firstTimestamp"), by_name[(key[0], n)].get("lastTimestamp"),
+                                  by_name[(key[0], n)].get("count")] for n in g["names"]],
+                   "writes": sorted(round(t, 3) for n in g["names"] for t in writes.get((key[0], n), [])),
+                   "series_spans": [[e.get("eventTime"), (e.get("series") or {}).get("lastObservedTime"),
+                                     (e.get("series") or {}).get("count")] for e in series
+                                    if e["metadata"]["namespace"] == key[0]
+                                    and e.get("reason") == key[1].split(" ")[2]
+                                    and (e.get("regarding") or {}).get("name") == key[1].split(" ")[0].split("/", 1)[-1]]}
+            (differs if v == "differs" else explained).append(row)
+        return {"keys": dict(verdicts), "differs": differs[:200], "explained": explained[:50], "raw_objects": len(raw),
                 "finish_lateness_s": finish_lateness(series),
                 "raw_occurrences": sum(g["raw"] for g in groups.values()),
                 "series_objects": len(series), "occurrences_in_series": sum(g["series"] for g in groups.values()),
