@@ -22,7 +22,7 @@ import time
 import urllib.request
 from collections import defaultdict
 
-from keys import tally, verdict_of  # noqa: E402 - bench/ is on sys.path when run
+from keys import lone_in_times, tally, verdict_of  # noqa: E402 - bench/ is on sys.path when run
 
 NS = "event-series-system"
 MANAGED = "app.kubernetes.io/managed-by=event-series"
@@ -393,12 +393,7 @@ def event_writes(cluster):
 
 def lone_by_design(times, window=WINDOW):
     """Occurrences with no other within `window` before or after: never part of a series."""
-    lone = 0
-    for i, t in enumerate(times):
-        before = i > 0 and t - times[i - 1] <= window
-        after = i + 1 < len(times) and times[i + 1] - t <= window
-        lone += not (before or after)
-    return lone
+    return lone_in_times(times, window)
 
 
 def explain(keys, cluster):

@@ -476,6 +476,14 @@ mod tests {
         }
     }
 
+    /// A queue holding the create of pod `pod`'s series, due at the instant returned.
+    fn one_create(pod: &str) -> (Instant, Queue) {
+        let t0 = Instant::now();
+        let mut q = Queue::new(100);
+        q.push(t0, intent(pod, WriteKind::Create, 2));
+        (t0, q)
+    }
+
     fn names(jobs: &[Job]) -> Vec<String> {
         jobs.iter().map(|j| j.target.name.clone()).collect()
     }
@@ -554,9 +562,7 @@ mod tests {
 
     #[test]
     fn conflicts_and_vanished_objects_switch_the_verb() {
-        let t0 = Instant::now();
-        let mut q = Queue::new(100);
-        q.push(t0, intent("a", WriteKind::Create, 2));
+        let (t0, mut q) = one_create("a");
         let job = q.take_due(t0, 1).remove(0);
         q.answered(t0, &job, &status(409));
         // Whose object holds the name? The series' own (a repeated create): patch it.
@@ -571,9 +577,7 @@ mod tests {
 
     #[test]
     fn a_name_held_by_someone_elses_object_is_never_written_and_the_series_moves_on() {
-        let t0 = Instant::now();
-        let mut q = Queue::new(100);
-        q.push(t0, intent("a", WriteKind::Create, 2));
+        let (t0, mut q) = one_create("a");
         let mut seen = Vec::new();
         for variant in 0..=object::MAX_NAME_VARIANT {
             let job = q.take_due(t0, 1).remove(0);
@@ -594,9 +598,7 @@ mod tests {
 
     #[test]
     fn a_renamed_series_keeps_its_name_until_its_finish_is_written() {
-        let t0 = Instant::now();
-        let mut q = Queue::new(100);
-        q.push(t0, intent("a", WriteKind::Create, 2));
+        let (t0, mut q) = one_create("a");
         let job = q.take_due(t0, 1).remove(0);
         q.answered(t0, &job, &status(409));
         let job = q.take_due(t0, 1).remove(0);
