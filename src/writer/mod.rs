@@ -5,13 +5,14 @@
 //!   [`fair`] hands out the due ones, namespaces in turn; this module performs them.
 //! - A client-side rate limit (QPS and burst, `governor`) paces every request.
 //! - Heartbeats and finishes are JSON merge patches of the whole series object (RBAC verb `patch`).
-//! - What to do after each answer is decided by [`next`], a pure function: 409 on create → read the
-//!   object at that name: the series' own (a repeated create) → patch; someone else's (a namespace
-//!   member created an Event there first) → create under the series' next deterministic name
-//!   ([`crate::object::variant_name`]), never a write into another's object; 404 on patch → create
-//!   (the object vanished: TTL or deleted); 429, 5xx, timeouts and transport errors → retry after exponential backoff with jitter
-//!   (`backon`), never sooner than the server's Retry-After; other 4xx → logged with the object,
-//!   counted in `api_requests_total{verb,code}`, not retried.
+//! - What to do after each answer is decided by [`next`], a pure function:
+//!   - 409 on create → read the object at that name: the series' own (a repeated create) → patch;
+//!     someone else's (a namespace member created an Event there first) → create under the series'
+//!     next deterministic name ([`crate::object::variant_name`]), never a write into another's;
+//!   - 404 on patch → create (the object vanished: TTL or deleted);
+//!   - 429, 5xx, timeouts and transport errors → retry after exponential backoff with jitter
+//!     (`backon`), never sooner than the server's Retry-After;
+//!   - other 4xx → logged with the object, counted in `api_requests_total{verb,code}`, not retried.
 //! - Before each request the writer asks the [`WriteFence`]: a replica that may no longer lead starts
 //!   nothing, and every request must be over before another replica could take the Lease. A request
 //!   given up without an answer is reported to the fence, so that the Lease is then left to expire
