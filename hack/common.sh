@@ -128,5 +128,13 @@ node_unfit() {
   fi
   if ! [ -d /sys/fs/cgroup/cpu ] && ! [ -f /sys/fs/cgroup/cgroup.controllers ]; then
     echo "no cgroup hierarchy under /sys/fs/cgroup"
+    return
+  fi
+  # The kubelet's root and the images live under the checkout: with little space left there the
+  # kubelet evicts every Pod (nodefs.available), and the tests fail far from the cause.
+  local free_kib
+  free_kib="$(df -Pk "$ROOT" 2>/dev/null | awk 'NR == 2 { print $4 }')"
+  if [ -n "$free_kib" ] && [ "$free_kib" -lt $((5 * 1024 * 1024)) ]; then
+    echo "only $((free_kib / 1024)) MiB free on the filesystem of $ROOT: a node needs 5 GiB (below that the kubelet evicts every Pod for ephemeral storage)"
   fi
 }
