@@ -97,6 +97,7 @@ pub struct Metrics {
     pub series_active: Gauge,
     pub series_started: Counter,
     pub series_finished: Counter,
+    pub series_reopened: Counter,
     pub api_requests: Family<RequestLabels, Counter>,
     pub watch_restarts: Counter,
     pub watch_relists: Counter,
@@ -140,6 +141,7 @@ struct SeenStats {
     occurrences: AtomicU64,
     started: AtomicU64,
     finished: AtomicU64,
+    reopened: AtomicU64,
     lone: AtomicU64,
     filtered: AtomicU64,
     stale: AtomicU64,
@@ -201,6 +203,12 @@ impl Metrics {
             "series_finished",
             "Series finished",
             m.series_finished.clone(),
+        );
+        r.register(
+            "series_reopened",
+            "Finished series reopened by an occurrence that belongs to it and that its emitter wrote \
+             late (each is finished again, and counted again in series_finished)",
+            m.series_reopened.clone(),
         );
         r.register(
             "dropped",
@@ -412,6 +420,8 @@ impl Metrics {
             .inc_by(grow(&s.started, stats.series_started));
         self.series_finished
             .inc_by(grow(&s.finished, stats.series_finished));
+        self.series_reopened
+            .inc_by(grow(&s.reopened, stats.series_reopened));
         for (reason, seen, now) in [
             ("lone", &s.lone, stats.lone),
             ("filtered", &s.filtered, stats.dropped_filtered),
@@ -501,6 +511,7 @@ mod tests {
             "event_series_watch_restarts_total 0",
             "event_series_series_started_total 0",
             "event_series_series_finished_total 0",
+            "event_series_series_reopened_total 0",
             "event_series_dropped_total{reason=\"stale\"} 0",
             "event_series_series_evicted_total{reason=\"max_active_series\"} 1",
             "event_series_recovery_rejected_total{reason=\"key_mismatch\"} 0",

@@ -14,7 +14,7 @@ use super::{Answer, Next, Verb, next};
 use crate::intent::{Intent, WriteKind};
 use crate::object;
 use chrono::{DateTime, Utc};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -167,11 +167,18 @@ pub struct Queue {
     in_flight: usize,
     /// Since when the queue has had work and no answer has moved it on (see [`Queue::stuck_since`]).
     waiting_since: Option<Instant>,
-    /// The live series whose object has another than its first name, found by a create that met
-    /// someone else's object; forgotten when its finish is written. (The engine knows the name of a
-    /// restored series only, from its object: see `Snapshot::name_variant`.)
+    /// The series whose object has another than its first name, found by a create that met
+    /// someone else's object. (The engine knows the name of a restored series only, from its
+    /// object: see `Snapshot::name_variant`.) Kept after its finish is written, for the
+    /// [`RENAMED_KEPT`] most recently finished, since an occurrence written late may reopen it.
     renamed: HashMap<Arc<Target>, u8>,
+    /// The finished series in `renamed`, oldest first.
+    renamed_finished: VecDeque<Arc<Target>>,
 }
+
+/// How many finished series keep their other name in [`Queue`]: renames happen only where a
+/// tenant took a series' name, and a reopening follows its finish within a window.
+pub const RENAMED_KEPT: usize = 4096;
 
 impl Queue {
     pub fn new(capacity: usize) -> Queue {
@@ -184,6 +191,7 @@ impl Queue {
             in_flight: 0,
             waiting_since: None,
             renamed: HashMap::new(),
+            renamed_finished: VecDeque::new(),
         }
     }
 
@@ -346,7 +354,7 @@ impl Queue {
                 if let Some(p) = self.pending.remove(&job.target)
                     && matches!(p.intent.kind, WriteKind::Finish(_))
                 {
-                    self.renamed.remove(&job.target);
+                    self.finished_renamed(&job.target);
                 }
                 Settled::Done
             }
@@ -391,6 +399,21 @@ impl Queue {
             self.waiting_since = Some(now);
         }
         settled
+    }
+
+    /// A renamed series' finish was written: its name is kept for a while (see `renamed`).
+    fn finished_renamed(&mut self, target: &Arc<Target>) {
+        if !self.renamed.contains_key(target) {
+            return;
+        }
+        self.renamed_finished.push_back(target.clone());
+        while self.renamed_finished.len() > RENAMED_KEPT {
+            if let Some(old) = self.renamed_finished.pop_front()
+                && !self.pending.contains_key(&old)
+            {
+                self.renamed.remove(&old);
+            }
+        }
     }
 
     /// Someone else's object holds the name `job` went to: the series' next name, or, past the last,
@@ -597,7 +620,7 @@ mod tests {
     }
 
     #[test]
-    fn a_renamed_series_keeps_its_name_until_its_finish_is_written() {
+    fn a_renamed_series_keeps_its_name_after_its_finish_for_a_reopening() {
         let (t0, mut q) = one_create("a");
         let job = q.take_due(t0, 1).remove(0);
         q.answered(t0, &job, &status(409));
@@ -614,7 +637,28 @@ mod tests {
         let job = q.take_due(t0, 1).remove(0);
         assert_eq!(job.variant, 1);
         assert_eq!(q.answered(t0, &job, &status(200)), Settled::Done);
-        assert!(q.renamed.is_empty());
+        assert!(q.is_empty());
+        // An occurrence written late reopens it: its next write still goes to its name.
+        q.push(t0, intent("a", WriteKind::Finish(FinishCause::Quiet), 7));
+        let job = q.take_due(t0, 1).remove(0);
+        assert_eq!((job.verb, job.variant), (Verb::Patch, 1));
+        assert_eq!(q.answered(t0, &job, &status(200)), Settled::Done);
+        // Only the most recently finished are kept.
+        for i in 0..RENAMED_KEPT {
+            let name = format!("x{i}");
+            q.renamed.insert(
+                Arc::new(Target::of(&intent(&name, WriteKind::Create, 2))),
+                1,
+            );
+            q.push(t0, intent(&name, WriteKind::Finish(FinishCause::Quiet), 2));
+            let job = q.take_due(t0, 1).remove(0);
+            assert_eq!(q.answered(t0, &job, &status(200)), Settled::Done);
+        }
+        assert_eq!(q.renamed.len(), RENAMED_KEPT);
+        assert!(
+            !q.renamed
+                .contains_key(&Target::of(&intent("a", WriteKind::Create, 2)))
+        );
         // A restored series names its variant itself.
         let mut restored = intent("b", WriteKind::Heartbeat, 3);
         restored.series.name_variant = 2;

@@ -211,6 +211,10 @@ impl Sim {
         let now = self.now + self.skew;
         let ev = match self.raws.get_mut(raw) {
             Some(ev) => {
+                // One raw object has one recorder, which writes its occurrences in order: a late
+                // write never moves its latest time back.
+                let latest = key::normalise(ev).expect("valid raw event").last;
+                let now = now.max(latest);
                 if let Some(s) = ev.series.as_mut() {
                     s.count = Some(s.count.unwrap() + n);
                     s.last_observed_time = Some(MicroTime(jiff(now)));
@@ -305,8 +309,9 @@ impl Sim {
 
 #[derive(Clone, Debug)]
 pub enum Op {
-    /// `n` more occurrences on raw object `raw` of key `key`.
-    Occur { key: u8, raw: u8, n: u8 },
+    /// `n` more occurrences on raw object `raw` of key `key`, written `lag` seconds after they
+    /// happened (a recorder held up by a slow API server).
+    Occur { key: u8, raw: u8, n: u8, lag: u8 },
     /// Let time pass, in seconds.
     Wait(u16),
     /// Replay every raw object (a relist after 410 Gone).
@@ -315,8 +320,17 @@ pub enum Op {
 
 /// Random emitter activity: occurrences on a few keys and raw objects, waits, relists.
 pub fn op_strategy() -> impl Strategy<Value = Op> {
+    ops_lagging_up_to(0)
+}
+
+/// [`op_strategy`] with a quarter of the writes up to `max_lag` seconds late. (A restart replays
+/// raw events in the order of their timestamps, not of their arrival: with late writes a rebuilt
+/// engine may group a boundary occurrence differently from the live one.)
+pub fn ops_lagging_up_to(max_lag: u8) -> impl Strategy<Value = Op> {
+    let lag = prop_oneof![3 => Just(0u8), 1 => 0..=max_lag];
     prop_oneof![
-        6 => (0u8..6, 0u8..3, 1u8..4).prop_map(|(key, raw, n)| Op::Occur { key, raw, n }),
+        6 => (0u8..6, 0u8..3, 1u8..4, lag)
+            .prop_map(|(key, raw, n, lag)| Op::Occur { key, raw, n, lag }),
         3 => (1u16..40).prop_map(Op::Wait),
         1 => Just(Op::Relist),
     ]
@@ -324,14 +338,19 @@ pub fn op_strategy() -> impl Strategy<Value = Op> {
 
 pub fn apply(sim: &mut Sim, op: &Op) {
     match *op {
-        Op::Occur { key, raw, n } => sim.occur_n(
-            "ns",
-            &format!("k{key}-r{raw}"),
-            &format!("pod-{key}"),
-            "BackOff",
-            key % 2 == 0,
-            n as i32,
-        ),
+        Op::Occur { key, raw, n, lag } => {
+            let skew = sim.skew;
+            sim.skew = skew - TimeDelta::seconds(lag.into());
+            sim.occur_n(
+                "ns",
+                &format!("k{key}-r{raw}"),
+                &format!("pod-{key}"),
+                "BackOff",
+                key % 2 == 0,
+                n as i32,
+            );
+            sim.skew = skew;
+        }
         Op::Wait(s) => sim.advance(TimeDelta::seconds(s as i64), TimeDelta::seconds(1)),
         Op::Relist => sim.relist(),
     }

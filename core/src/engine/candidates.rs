@@ -46,11 +46,17 @@ impl Engine {
                 c.count
             }
             None => {
-                let sources = slot
-                    .dormant
-                    .remove(&id)
-                    .map(|d| d.sources)
-                    .unwrap_or_default();
+                // The sources move to the candidate; a finished series stays known beside it, for
+                // an occurrence of it written late (see `lifecycle`, reopening).
+                let sources = match slot.dormant.peek_mut(&id) {
+                    Some(d) if d.ended.is_some() => std::mem::take(&mut d.sources),
+                    Some(_) => slot
+                        .dormant
+                        .remove(&id)
+                        .map(|d| d.sources)
+                        .unwrap_or_default(),
+                    None => Sources::new(),
+                };
                 if slot.candidates.len() >= max {
                     evict_candidate(slot, &mut self.keys, &mut self.stats, max, Some(at.ns));
                 }
@@ -88,6 +94,7 @@ impl Engine {
             ns,
             last: at.seen,
             sources: Sources::new(),
+            ended: None,
         }) else {
             return;
         };
@@ -147,6 +154,7 @@ fn make_dormant(slot: &mut Slot, keys: &mut KeyStore, id: KeyId, c: Tally, max: 
         ns: c.ns,
         last: c.seen,
         sources: c.sources,
+        ended: slot.dormant.peek(&id).and_then(|d| d.ended),
     };
     slot.make_dormant(id, d, max);
 }

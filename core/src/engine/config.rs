@@ -47,6 +47,9 @@ pub struct Stats {
     pub occurrences: u64,
     pub series_started: u64,
     pub series_finished: u64,
+    /// Finished series that an occurrence written late joined again (each finishes once more, also
+    /// in `series_finished`).
+    pub series_reopened: u64,
     /// Series finished early because `maxActiveSeries` was reached (also in `series_finished`).
     pub evicted_by_policy: u64,
     /// Series finished early because `maxActiveSeriesPerNamespace` was reached (also in

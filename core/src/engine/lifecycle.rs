@@ -4,7 +4,8 @@
 //! part. A finished series' key stays dormant with its sources, so what it counted is not counted
 //! again.
 
-use super::storage::{Dormant, Micros, Series, micros};
+use super::counting::Placement;
+use super::storage::{Dormant, Ended, Micros, Series, Tally, micros, record, time};
 use super::{Engine, Landing};
 use crate::intent::{FinishCause, Intent, SeriesState, Snapshot, WriteKind};
 use crate::key::store::Stored;
@@ -39,6 +40,80 @@ impl Engine {
             self.finish(now, at.slot, id, ended, FinishCause::Gap);
         }
         false
+    }
+
+    /// An occurrence of a key with no series that, by its own timestamp, belongs to the series the
+    /// key finished last (see [`Ended::holds`]): its emitter wrote it late, after the series had
+    /// been written Finished. The series is active again under its name, with the occurrence
+    /// counted, and is written when it finishes again, or Ongoing at its next refresh or heartbeat
+    /// if more occurrences keep it alive (the loop was never over). A candidate the key started
+    /// meanwhile within a window of the series joins it (one run, no gap longer than the window);
+    /// beside one further away, the series is written Finished again at once with the occurrence.
+    /// True when the occurrence went to the finished series.
+    pub(super) fn reopen(
+        &mut self,
+        now: DateTime<Utc>,
+        at: &Landing,
+        obs: &Observation,
+        p: &Placement,
+        settings: &Settings,
+    ) -> bool {
+        let finish_after = settings.finish_after.num_microseconds().unwrap_or(i64::MAX);
+        let slot = &mut self.slots[at.slot];
+        let Some(ended) = slot
+            .dormant
+            .peek(&at.id)
+            .and_then(|d| d.ended)
+            .filter(|e| e.holds(at.t, at.window, finish_after))
+        else {
+            return false;
+        };
+        let reach = ended.last.max(at.t).saturating_add(at.window);
+        let apart = slot
+            .candidates
+            .peek(at.ns, &at.id)
+            .is_some_and(|c| c.first > reach);
+        let Some(d) = slot.dormant.remove(&at.id) else {
+            return false;
+        };
+        let mut tally = Tally {
+            key: self.keys.insert(&obs.key, obs.note),
+            ns: at.ns,
+            count: ended.count,
+            first: ended.first,
+            last: ended.last,
+            seen: d.last,
+            sources: d.sources,
+        };
+        if !apart && let Some(c) = slot.candidates.remove(at.ns, &at.id) {
+            self.keys.remove(c.key);
+            tally.count += c.count;
+            tally.last = tally.last.max(c.last);
+            tally.seen = tally.seen.max(c.seen);
+            for src in &c.sources {
+                record(&mut tally.sources, src.raw, src.count, src.last);
+            }
+        }
+        tally.add(obs.raw, obs.count, p.count, at.t, at.seen);
+        let series = Series {
+            // Only more occurrences are worth an early refresh (as Ongoing); this one alone is
+            // written by the finish.
+            written_count: tally.count,
+            tally,
+            next_heartbeat: micros(self.pacer.book(now + settings.heartbeat_interval, now)),
+            refresh_step: Series::refresh_step_after(settings, time(ended.first), now),
+            name_variant: ended.name_variant,
+            timer_due: 0,
+            restored: None,
+        };
+        self.stats.series_reopened += 1;
+        if apart {
+            // The key's next run has begun: the series is only corrected, Finished at once.
+            self.finish(now, at.slot, at.id, series, FinishCause::Quiet);
+        } else {
+            self.insert_series(now, at.slot, at.id, series);
+        }
+        true
     }
 
     /// A candidate's second occurrence: the series starts and is created.
@@ -145,6 +220,12 @@ impl Engine {
         let dormant = Dormant {
             ns: t.ns,
             last: t.seen,
+            ended: Some(Ended {
+                first: t.first,
+                last: t.last,
+                count: t.count,
+                name_variant: s.name_variant,
+            }),
             sources: t.sources,
         };
         if let Some(slot) = self.slots.get_mut(slot_idx) {

@@ -20,7 +20,10 @@
 //! Intents: `Create` when a series starts, `Heartbeat` every `heartbeatInterval` (the first one spread by
 //! a per-key offset of up to a quarter interval, so series created together do not heartbeat together),
 //! `Finish` once at the end (state Finished). Occurrences between writes cost no intent at all. A
-//! Dormant key holds no count, only which raw objects were already counted (see `restore`).
+//! Dormant key holds no count, only which raw objects were already counted (see `restore`), and
+//! what its last series was: an occurrence its emitter wrote late that belongs to that series by
+//! its own timestamp reopens it (Dormant → Series under the same name, written again when it
+//! finishes; see `lifecycle`, `reopen`), instead of standing alone.
 //!
 //! # Where each part lives
 //!
@@ -236,13 +239,17 @@ impl Engine {
         if self.extend_series(now, &at, obs, d.added) {
             return;
         }
+        let first = micros(obs.first).saturating_add(shift);
+        let placed = counting::place(&d, first, at.t, at.window);
+        if self.reopen(now, &at, obs, &placed, &settings) {
+            self.stats.lone += placed.lone;
+            return;
+        }
         if self.is_stale(now, &at) {
             self.stats.dropped_stale += d.added;
             self.remember(&at, obs);
             return;
         }
-        let first = micros(obs.first).saturating_add(shift);
-        let placed = counting::place(&d, first, at.t, at.window);
         self.stats.lone += placed.lone;
         if self.add_to_candidate(&at, obs, &placed) >= 2 {
             self.promote(now, slot_idx, id, at.ns, &settings);

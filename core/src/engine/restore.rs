@@ -26,9 +26,10 @@
 
 use super::Engine;
 use super::lifecycle::jitter;
-use super::storage::{Dormant, Micros, Series, Sources, Src, Tally, micros};
+use super::storage::{Dormant, Ended, Micros, Series, Sources, Src, Tally, micros};
 use crate::intent::{FinishCause, Intent, MAX_SOURCES, SeriesState, StoredSeries, WriteKind};
 use crate::key::{KeyId, Observation, RawId};
+use crate::settings::SlotIdx;
 use chrono::{DateTime, Utc};
 use std::collections::{HashMap, HashSet};
 
@@ -117,6 +118,33 @@ impl Recovery {
 }
 
 impl Engine {
+    /// A Finished object: its key stays dormant with what it counted, and with the series itself
+    /// (for an occurrence written late), as when it finished in this process.
+    fn restore_finished(&mut self, ns: u32, slot_idx: SlotIdx, p: &StoredSeries) {
+        let max = self.policies.settings(slot_idx).max_candidates();
+        let slot = &mut self.slots[slot_idx];
+        if slot.series.peek(ns, &p.id).is_none() && slot.candidates.peek(ns, &p.id).is_none() {
+            let sources = p.sources.iter().take(MAX_SOURCES).map(Src::of).collect();
+            let last = micros(p.last.max(p.first));
+            let ended = Some(Ended {
+                first: micros(p.first),
+                last,
+                count: p.count,
+                name_variant: p.name_variant,
+            });
+            let dormant = Dormant {
+                ns,
+                last,
+                sources,
+                ended,
+            };
+            match slot.dormant.peek_mut(&p.id) {
+                Some(d) if d.last >= last => {}
+                _ => slot.make_dormant(p.id, dormant, max),
+            }
+        }
+    }
+
     /// Starts a rebuild after a restart (see the module docs for the order of calls).
     pub fn begin_recovery(&mut self) {
         self.recovery = Some(Recovery::default());
@@ -129,17 +157,7 @@ impl Engine {
         }
         let (ns, slot_idx) = self.namespace(&p.namespace);
         if p.state != SeriesState::Ongoing {
-            // Its key stays dormant with what it counted, as when it finished in this process.
-            let max = self.policies.settings(slot_idx).max_candidates();
-            let slot = &mut self.slots[slot_idx];
-            if slot.series.peek(ns, &p.id).is_none() && slot.candidates.peek(ns, &p.id).is_none() {
-                let sources = p.sources.iter().take(MAX_SOURCES).map(Src::of).collect();
-                let last = micros(p.last.max(p.first));
-                match slot.dormant.peek_mut(&p.id) {
-                    Some(d) if d.last >= last => {}
-                    _ => slot.make_dormant(p.id, Dormant { ns, last, sources }, max),
-                }
-            }
+            self.restore_finished(ns, slot_idx, &p);
             return;
         }
         let settings = self.policies.settings(slot_idx);

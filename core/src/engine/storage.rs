@@ -200,6 +200,30 @@ pub(super) struct Dormant {
     /// When it was last seen, on the operator's clock ([`Tally::seen`]).
     pub last: Micros,
     pub sources: Sources,
+    /// The series the key last finished, if its occurrences were not all alone.
+    pub ended: Option<Ended>,
+}
+
+/// What a finished series was: enough to write it again under its name, when an occurrence its
+/// emitter wrote late turns out to belong to it (see `lifecycle`, reopening).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Ended {
+    pub first: Micros,
+    /// Its latest occurrence by the emitter's clock ([`Tally::last`]).
+    pub last: Micros,
+    pub count: u64,
+    pub name_variant: u8,
+}
+
+impl Ended {
+    /// Whether an occurrence at `t` (emitter's clock) belongs to this series: no gap longer than
+    /// `window` to it, and earlier than `finish_after` after its last occurrence, when the series
+    /// was finished. One at or after that is the loop resuming: a new series.
+    pub fn holds(&self, t: Micros, window: Micros, finish_after: Micros) -> bool {
+        t >= self.first.saturating_sub(window)
+            && t <= self.last.saturating_add(window)
+            && t < self.last.saturating_add(finish_after)
+    }
 }
 
 /// The count `sources` recorded for a raw object, and its latest occurrence.
