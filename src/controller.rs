@@ -8,10 +8,12 @@
 //!  raw list (buffered, time-ordered) ──────▶ │ engine │──intents──▶ writer task ──▶ events.k8s.io/v1
 //!  raw watch: applied / deleted / bookmark ─▶ │ (pure) │
 //!  tick every second ──────────────────────▶ └────────┘
+//!  input clock (crate::currency): proofs from the watch, and a probe while a finish is held
 //! ```
 
 use crate::config::Settings;
 use crate::config::policy_watch::{PolicyWatch, Update};
+use crate::currency::{self, Currency, Proof};
 use crate::engine::{Engine, EngineConfig};
 use crate::feed::{Arrival, feed};
 use crate::health::Health;
@@ -25,6 +27,7 @@ use crate::watch::{Step, raw_events};
 use crate::writer::{Writer, WriterConfig};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Event;
 use kube::api::Api;
 use kube::{Client, Resource};
 use std::sync::Arc;
@@ -75,18 +78,6 @@ fn resource_version(rv: &str) -> Option<u64> {
     rv.parse().ok()
 }
 
-/// What a step of the watch proves about how current the engine's input is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Proof {
-    Nothing,
-    /// Complete as of the step's arrival: the end of a list (its snapshot), a bookmark, the end of
-    /// a watch on schedule.
-    Current,
-    /// An object changed by an occurrence at this time: complete as of its arrival if that is recent
-    /// (a late-delivered backlog holds old occurrences, and proves nothing).
-    Occurrence(DateTime<Utc>),
-}
-
 /// Intents on their way to the writer; when its queue is full, the controller waits here
 /// (back-pressure), which holds up the watch rather than growing memory.
 const INTENT_CHANNEL: usize = 1024;
@@ -111,13 +102,16 @@ fn on_step(
     health: &Health,
     restart: &mut Option<Restart>,
     (step, received): (Step, Option<DateTime<Utc>>),
-) -> Proof {
+) -> Told {
     if step.heard() {
         health.watch_heard(Instant::now());
     }
     let mut proof = Proof::Nothing;
+    let mut handed_on = None;
+    let mut relisted = false;
     match step {
         Step::ListStarted { relist } => {
+            relisted = relist;
             if relist {
                 metrics.watch_relists.inc();
                 engine.begin_relist();
@@ -134,6 +128,7 @@ fn on_step(
         } => {
             let rv = resource_version(&rv).unwrap_or(0);
             proof = Proof::Current;
+            handed_on = Some(rv);
             match restart.take() {
                 Some(restart) => {
                     // The list is complete as of its snapshot, not of its last page.
@@ -157,10 +152,12 @@ fn on_step(
                 .and_then(resource_version)
             {
                 engine.checkpoint(rv);
+                handed_on = Some(rv);
             }
         }
         Step::Deleted(ev) => {
             let m = &ev.metadata;
+            handed_on = m.resource_version.as_deref().and_then(resource_version);
             engine.forget_raw(RawId::of(
                 m.namespace.as_deref().unwrap_or(""),
                 m.name.as_deref().unwrap_or(""),
@@ -174,6 +171,7 @@ fn on_step(
             proof = Proof::Current;
             if let Some(rv) = resource_version(&rv) {
                 engine.checkpoint(rv);
+                handed_on = Some(rv);
             }
         }
         Step::Restarted { clean } => {
@@ -190,47 +188,32 @@ fn on_step(
             tracing::warn!(%error, ?retry_in, "raw event watch failed; retrying");
         }
     }
-    proof
-}
-
-/// How far the raw-event input is known to be complete. The watch proves it complete up to the
-/// moment an answer arrived from the server (steps are in the server's order, so whatever came
-/// before it has been applied) when that answer is the end of a list (as of the list's snapshot),
-/// a bookmark, the end of a watch on schedule, or a change for a recent occurrence. A silent or
-/// frozen connection proves nothing, and the engine's input clock waits: no series is finished, no
-/// candidate expired and no late occurrence counted stale on an input that may be missing
-/// occurrences (heartbeats go on). The input clock lags real time by about nothing while events
-/// flow, by at most `--watch-timeout` in a quiet spell (the server ends every watch then), and by
-/// the controller's own delay when it is behind: that is how much later than `finishAfter` a loop
-/// may be marked Finished.
-#[derive(Debug, Default)]
-struct Currency {
-    until: Option<DateTime<Utc>>,
-}
-
-/// How recent an occurrence must be for its arrival to prove the input current. Legacy events
-/// carry whole seconds; a backlog delivered after a stall is older than this.
-const FRESH: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
-
-impl Currency {
-    /// A step that arrived from the server at `received` proved `proof`.
-    fn update(&mut self, proof: Proof, received: Option<DateTime<Utc>>) {
-        let Some(received) = received else {
-            return;
-        };
-        let proven = match proof {
-            Proof::Nothing => false,
-            Proof::Current => true,
-            Proof::Occurrence(at) => at >= received - FRESH,
-        };
-        if proven && self.until.is_none_or(|until| until < received) {
-            self.until = Some(received);
-        }
+    Told {
+        proof,
+        received,
+        handed_on,
+        relisted,
     }
+}
 
-    /// The time the input clock may advance to.
-    fn clock(&self, now: DateTime<Utc>) -> DateTime<Utc> {
-        self.until.map_or(now, |until| until.min(now))
+/// What one step of the watch tells the input clock.
+struct Told {
+    proof: Proof,
+    received: Option<DateTime<Utc>>,
+    /// The resourceVersion of the change, bookmark or list it was.
+    handed_on: Option<u64>,
+    relisted: bool,
+}
+
+impl Told {
+    fn tell(self, current: &mut Currency) {
+        if self.relisted {
+            current.relisted();
+        }
+        if let Some(rv) = self.handed_on {
+            current.handed_on(rv);
+        }
+        current.update(self.proof, self.received);
     }
 }
 
@@ -320,15 +303,17 @@ pub async fn run(
     let mut current = Currency::default();
     if let Some(step) = held {
         let received = steps.received();
-        let proof = on_step(
+        on_step(
             &mut engine,
             &metrics,
             &health,
             &mut restart,
             (step, received),
-        );
-        current.update(proof, received);
+        )
+        .tell(&mut current);
     }
+    let raw_api: Api<Event> = scoped(&client, &config.namespace);
+    let mut probe: Option<tokio::task::JoinHandle<currency::Probed>> = None;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut housekeeping = tokio::time::interval(HOUSEKEEPING);
@@ -346,8 +331,8 @@ pub async fn run(
             step = steps.next() => match step {
                 Some(step) => {
                     let received = steps.received();
-                    let proof = on_step(&mut engine, &metrics, &health, &mut restart, (step, received));
-                    current.update(proof, received);
+                    on_step(&mut engine, &metrics, &health, &mut restart, (step, received))
+                        .tell(&mut current);
                 }
                 None => anyhow::bail!("raw event watch ended"),
             },
@@ -364,9 +349,18 @@ pub async fn run(
                 }
                 Update::Nothing => {}
             },
+            found = probed(&mut probe) => {
+                probe = None;
+                metrics.watch_probe(found.label());
+                current.probed(found);
+            }
             _ = tick.tick() => {
                 let now = Utc::now();
                 engine.tick_with_input(now, current.clock(now));
+                if let Some(from) = current.probe_from(Instant::now(), engine.finishes_held()) {
+                    let selector = crate::object::not_managed_selector();
+                    probe = Some(tokio::spawn(currency::probe(raw_api.clone(), selector, from)));
+                }
             }
             _ = housekeeping.tick() => {
                 let now = Utc::now();
@@ -378,6 +372,9 @@ pub async fn run(
                 break;
             }
         }
+    }
+    if let Some(task) = probe.take() {
+        task.abort();
     }
     // The writer hears this even when its queue is full and it takes no intents.
     let _ = stop_writer.send(());
@@ -395,6 +392,14 @@ pub async fn run(
         (_, None) => {}
     }
     Ok(stop)
+}
+
+/// The answer of the currency probe in flight, if any (never resolves without one).
+async fn probed(probe: &mut Option<tokio::task::JoinHandle<currency::Probed>>) -> currency::Probed {
+    match probe.as_mut() {
+        Some(task) => task.await.unwrap_or(currency::Probed::Failed),
+        None => std::future::pending().await,
+    }
 }
 
 /// The writer task, aborted if the controller returns early (a stop or an error). Once the restore is

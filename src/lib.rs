@@ -13,6 +13,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod controller;
+pub mod currency;
 pub mod feed;
 pub mod health;
 pub mod leader;

@@ -609,8 +609,11 @@ fn occurrences_delivered_late_while_the_clock_is_held_join_their_series() {
     assert_eq!(engine.take_intents().len(), 1, "the create");
     // The connection goes silent at t0 + 2: the clock runs on, the input is known only up to t0 + 2.
     // web-0 would be due to finish at t0 + 21 by what is known; it is held.
-    for at in [10, 25, 39] {
+    engine.tick_with_input(t0 + secs(10), t0 + secs(2));
+    assert!(!engine.finishes_held(), "no finish due yet");
+    for at in [25, 39] {
         engine.tick_with_input(t0 + secs(at), t0 + secs(2));
+        assert!(engine.finishes_held(), "the shell is asked for a proof");
     }
     assert!(
         engine.take_intents().is_empty(),
@@ -637,6 +640,7 @@ fn occurrences_delivered_late_while_the_clock_is_held_join_their_series() {
     // The input is current again at t0 + 40: both loops ended at t0 + 12, so both finish now, once,
     // with every occurrence.
     engine.tick(late);
+    assert!(!engine.finishes_held());
     let mut finished: Vec<(String, u64)> = engine
         .take_intents()
         .into_iter()

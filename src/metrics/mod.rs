@@ -59,6 +59,11 @@ pub struct AgeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProbeLabels {
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabels {
     pub version: &'static str,
     pub commit: &'static str,
@@ -102,6 +107,7 @@ pub struct Metrics {
     pub watch_restarts: Counter,
     pub watch_relists: Counter,
     pub watch_stalls: Counter,
+    pub watch_probes: Family<ProbeLabels, Counter>,
     pub restore_tokens_expired: Counter,
     /// 1 while this replica holds the Lease (or runs without leader election), else 0.
     pub leader: Gauge,
@@ -266,6 +272,13 @@ impl Metrics {
              --watch-timeout plus a margin (then resumed from the last resourceVersion)",
             m.watch_stalls.clone(),
         );
+        r.register(
+            "watch_probes",
+            "Probes of the raw-event input sent while a finish waited for proof that no occurrence \
+             was still in transit (a 1 s metadata watch from the last resourceVersion), by result: \
+             quiet, changes (proof once the watch hands them on), behind, failed",
+            m.watch_probes.clone(),
+        );
         r.register("bookmarks", "Watch bookmarks received", m.bookmarks.clone());
         r.register(
             "restore_tokens_expired",
@@ -350,6 +363,13 @@ impl Metrics {
 
     pub fn dropped(&self, reason: &str, n: u64) {
         self.dropped.get_or_create(&label(reason)).inc_by(n);
+    }
+
+    /// A currency probe answered (see [`crate::currency`]).
+    pub fn watch_probe(&self, result: &'static str) {
+        self.watch_probes
+            .get_or_create(&ProbeLabels { result })
+            .inc();
     }
 
     /// A series object not adopted at a restart.

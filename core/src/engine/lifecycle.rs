@@ -282,6 +282,7 @@ impl Engine {
         }
         let input = input.min(now);
         self.clock = Some(micros(input));
+        self.finishes_held = false;
         self.pacer.forget_before(now);
         self.expire_candidates(input);
         while let Some(timer) = self.timers.pop_due(now) {
@@ -325,6 +326,7 @@ impl Engine {
         }
         // A finish held back by the input is looked at again on the next tick.
         let finish_check = if finish_due <= now {
+            self.finishes_held = true;
             now + TimeDelta::seconds(1)
         } else {
             finish_due

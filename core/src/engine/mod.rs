@@ -118,6 +118,9 @@ pub struct Engine {
     recovery: Option<Recovery>,
     intents: Vec<Intent>,
     stats: Stats,
+    /// The last tick held a finish back because the input was not known complete up to its due
+    /// time (see [`Engine::finishes_held`]).
+    finishes_held: bool,
 }
 
 impl Engine {
@@ -137,6 +140,7 @@ impl Engine {
             recovery: None,
             intents: Vec::new(),
             stats: Stats::default(),
+            finishes_held: false,
         }
     }
 
@@ -172,6 +176,13 @@ impl Engine {
             }
         }
         counts
+    }
+
+    /// Whether the last tick held a finish back for want of input: a series quiet for
+    /// `finishAfter` by the clock, but not as far as the input is known complete. The shell then
+    /// seeks a proof of its input (see the controller's currency probe).
+    pub fn finishes_held(&self) -> bool {
+        self.finishes_held
     }
 
     /// Keys seen within their window that may still become a series.
