@@ -92,8 +92,8 @@ bench: && bench-e2e bench-node
 demo:
     bash hack/demo.sh
 
-# Every benchmark, one after the other (about six hours on 2 cores): bench (engine, memory, the end-to-end set, the node), heartbeats, scale, failover, the soak; then the generated tables of docs/ from the new result files.
-bench-all: bench bench-heartbeats bench-scale bench-failover bench-soak
+# Every benchmark, one after the other (about seven hours on 2 cores): bench (engine, memory, the end-to-end set, the node), heartbeats, scale, failover, growth, the soak; then the generated tables of docs/ from the new result files.
+bench-all: bench bench-heartbeats bench-scale bench-failover bench-growth bench-soak
     python3 bench/tables.py --latest
 
 # The engine's criterion benchmarks of two commits side by side, alternating in the same minutes (bench/results/engine-compare/).
@@ -117,6 +117,11 @@ bench-scale: bench-build
 # A leader killed with SIGKILL beside 10^6 stored raw events and 10^5 series: Lease, rebuild and first write of the standby, against bare lists of the same objects; peak RSS (bench/failover.sh; HISTORY, SERIES).
 bench-failover: bench-build
     bash bench/failover.sh
+
+# Growth curves: RSS and restart time against series (1k-100k), stored raw events (10k-10^6) and namespaces (10-10k); CPU per change against message size; docs/growth.svg (bench/growth.sh; AXES; about 60 min).
+bench-growth: bench-build
+    bash bench/growth.sh
+    python3 bench/plot_growth.py
 
 # The default bound, scaled by ten: 10,000 series at a 3-minute heartbeat, default --qps, 6-minute event TTL, 15 min; no object may expire between two writes (bench/heartbeats.sh).
 bench-heartbeats: bench-build

@@ -48,6 +48,9 @@ enum Mode {
     History {
         #[arg(long)]
         count: u64,
+        /// Index of the first Pod (to add more to an earlier history).
+        #[arg(long, default_value_t = 0)]
+        first: u64,
         /// Spread over this many namespaces history-0, history-1, ...
         #[arg(long, default_value_t = 1000)]
         namespaces: u64,
@@ -76,6 +79,9 @@ enum Mode {
         keys: u64,
         #[arg(long, default_value = "ingest")]
         namespace: String,
+        /// Give every change a new message of this many bytes.
+        #[arg(long)]
+        message_bytes: Option<usize>,
     },
 }
 
@@ -95,11 +101,13 @@ async fn main() -> anyhow::Result<()> {
         }
         Mode::History {
             count,
+            first,
             namespaces,
             age_minutes,
         } => {
             load.history(
                 count,
+                first,
                 namespaces,
                 std::time::Duration::from_secs(age_minutes * 60),
             )
@@ -115,7 +123,11 @@ async fn main() -> anyhow::Result<()> {
             duration,
             keys,
             namespace,
-        } => load.rate(rate, duration, keys, &namespace).await?,
+            message_bytes,
+        } => {
+            load.rate(rate, duration, keys, &namespace, message_bytes)
+                .await?
+        }
     };
     println!("{}", load.summary(figures));
     Ok(())

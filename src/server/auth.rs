@@ -11,19 +11,25 @@
 //! - at most [`CONCURRENT_REVIEWS`] reviews are in flight; others wait, and give up with the request
 //!   deadline (answered 503, not cached);
 //! - at most [`REVIEWS_PER_SECOND`] new tokens are reviewed per second (burst [`REVIEW_BURST`],
-//!   `governor`); beyond that a request is answered 503 at once, without asking. Scrapers are
-//!   cached, so they meet the limit only while someone floods the port with made-up tokens, which
-//!   cannot then be turned into load on the API server.
+//!   `governor`), and at most [`PEER_REVIEWS_PER_SECOND`] (burst [`PEER_REVIEW_BURST`]) from any one
+//!   peer address, checked first; beyond either a request is answered 503 at once, without asking.
+//!   A flood of made-up tokens cannot be turned into load on the API server, and one Pod sending
+//!   them spends its own share only: another peer's new token (a scraper's rotated token) is still
+//!   reviewed;
+//! - a token allowed before, whose allowance expired less than [`KNOWN_TTL`] ago, is reviewed again
+//!   outside both limits: only a valid token gets there, so a scraper is never refused because
+//!   someone else floods the port.
 //!
 //! A revoked binding therefore stops a scraper within [`ALLOWED_TTL`].
 
-use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use kube::api::{Api, PostParams};
 use schnellru::{ByLength, LruMap};
+use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -41,6 +47,13 @@ pub const CONCURRENT_REVIEWS: usize = 4;
 /// New tokens reviewed per second, and the burst above it.
 pub const REVIEWS_PER_SECOND: u32 = 10;
 pub const REVIEW_BURST: u32 = 20;
+/// New tokens reviewed per second from one peer address, and the burst above it.
+pub const PEER_REVIEWS_PER_SECOND: u32 = 2;
+pub const PEER_REVIEW_BURST: u32 = 5;
+/// How long after its allowance expired a token is still known as a scraper's.
+pub const KNOWN_TTL: Duration = Duration::from_secs(600);
+/// Peers whose budget is tracked before the idle ones are forgotten.
+const PEERS_TRACKED: usize = 4096;
 
 /// The path and verb a scrape needs (the metrics-reader ClusterRole grants them).
 pub const METRICS_PATH: &str = "/metrics";
@@ -65,7 +78,9 @@ pub enum ReviewError {
     Timeout(Duration),
     #[error("the TokenReview came back without a status")]
     NoStatus,
-    #[error("more new tokens than {REVIEWS_PER_SECOND} per second: not reviewed")]
+    #[error(
+        "more new tokens than {REVIEWS_PER_SECOND} per second, or {PEER_REVIEWS_PER_SECOND} from one peer: not reviewed"
+    )]
     Throttled,
 }
 
@@ -88,6 +103,15 @@ fn fingerprint(token: &str) -> Fingerprint {
     out
 }
 
+/// What the cache knows of a token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    Fresh(Decision),
+    /// Allowed until lately: valid then, so its review is not held to the limits of new tokens.
+    Known,
+    Unknown,
+}
+
 /// Decisions by token, each until its expiry; the clock is passed in.
 pub struct Cache {
     entries: LruMap<Fingerprint, (Decision, Instant)>,
@@ -102,14 +126,24 @@ impl Cache {
 
     /// The decision for `token` if one is cached and still fresh at `now`.
     pub fn get(&mut self, token: &str, now: Instant) -> Option<Decision> {
+        match self.lookup(token, now) {
+            Lookup::Fresh(decision) => Some(decision),
+            Lookup::Known | Lookup::Unknown => None,
+        }
+    }
+
+    /// What is known of `token` at `now`. An allowance expired less than [`KNOWN_TTL`] ago is
+    /// kept (as [`Lookup::Known`]); anything else expired is dropped.
+    pub fn lookup(&mut self, token: &str, now: Instant) -> Lookup {
         let key = fingerprint(token);
         match self.entries.get(&key) {
-            Some((decision, until)) if now < *until => Some(*decision),
+            Some((decision, until)) if now < *until => Lookup::Fresh(*decision),
+            Some((Decision::Allowed, until)) if now < *until + KNOWN_TTL => Lookup::Known,
             Some(_) => {
                 self.entries.remove(&key);
-                None
+                Lookup::Unknown
             }
-            None => None,
+            None => Lookup::Unknown,
         }
     }
 
@@ -137,49 +171,79 @@ pub struct Authorizer {
     cache: Mutex<Cache>,
     reviews: Semaphore,
     new_tokens: DefaultDirectRateLimiter,
+    per_peer: DefaultKeyedRateLimiter<IpAddr>,
     deadline: Duration,
 }
 
 impl Authorizer {
     /// `deadline` bounds the wait for a review slot and the reviews together (the request timeout).
     pub fn new(client: kube::Client, deadline: Duration) -> Authorizer {
-        Authorizer::with_limit(client, deadline, REVIEWS_PER_SECOND, REVIEW_BURST)
+        Authorizer::with_limits(
+            client,
+            deadline,
+            (REVIEWS_PER_SECOND, REVIEW_BURST),
+            (PEER_REVIEWS_PER_SECOND, PEER_REVIEW_BURST),
+        )
     }
 
-    fn with_limit(
+    /// Limits as (per second, burst): of all new tokens, and of those from one peer.
+    fn with_limits(
         client: kube::Client,
         deadline: Duration,
-        per_second: u32,
-        burst: u32,
+        all: (u32, u32),
+        peer: (u32, u32),
     ) -> Authorizer {
-        let quota = Quota::per_second(NonZeroU32::new(per_second).unwrap_or(NonZeroU32::MIN))
-            .allow_burst(NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN));
+        let quota = |(per_second, burst): (u32, u32)| {
+            Quota::per_second(NonZeroU32::new(per_second).unwrap_or(NonZeroU32::MIN))
+                .allow_burst(NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN))
+        };
         Authorizer {
             client,
             cache: Mutex::new(Cache::new(CACHE_ENTRIES)),
             reviews: Semaphore::new(CONCURRENT_REVIEWS),
-            new_tokens: RateLimiter::direct(quota),
+            new_tokens: RateLimiter::direct(quota(all)),
+            per_peer: RateLimiter::keyed(quota(peer)),
             deadline,
         }
     }
 
-    fn cached(&self, token: &str) -> Option<Decision> {
+    fn lookup(&self, token: &str) -> Lookup {
         self.cache
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(token, Instant::now())
+            .lookup(token, Instant::now())
     }
 
-    /// The decision for a request with this `Authorization` header (or none).
-    pub async fn check(&self, header: Option<&http::HeaderValue>) -> Result<Decision, ReviewError> {
+    fn cached(&self, token: &str) -> Option<Decision> {
+        match self.lookup(token) {
+            Lookup::Fresh(decision) => Some(decision),
+            Lookup::Known | Lookup::Unknown => None,
+        }
+    }
+
+    /// Whether a new token from `peer` may be reviewed now: the peer's share first, so that a
+    /// peer over it spends nothing of the others'.
+    fn admit_new(&self, peer: IpAddr) -> bool {
+        if self.per_peer.len() > PEERS_TRACKED {
+            self.per_peer.retain_recent();
+        }
+        self.per_peer.check_key(&peer).is_ok() && self.new_tokens.check().is_ok()
+    }
+
+    /// The decision for a request with this `Authorization` header (or none), from `peer`.
+    pub async fn check(
+        &self,
+        header: Option<&http::HeaderValue>,
+        peer: IpAddr,
+    ) -> Result<Decision, ReviewError> {
         let Some(token) = header.and_then(|h| bearer(h.as_bytes())) else {
             return Ok(Decision::Unauthenticated);
         };
-        if let Some(decision) = self.cached(token) {
-            return Ok(decision);
-        }
-        if self.new_tokens.check().is_err() {
-            return Err(ReviewError::Throttled);
+        match self.lookup(token) {
+            Lookup::Fresh(decision) => return Ok(decision),
+            Lookup::Known => {}
+            Lookup::Unknown if self.admit_new(peer) => {}
+            Lookup::Unknown => return Err(ReviewError::Throttled),
         }
         let decision = tokio::time::timeout(self.deadline, async {
             let _slot = self.reviews.acquire().await;
@@ -266,7 +330,13 @@ mod tests {
         assert_eq!(cache.get("bad", later), None, "refusals are asked again");
         assert_eq!(cache.get("unknown", later), None);
         assert_eq!(cache.get("good", t0 + ALLOWED_TTL), None);
-        assert!(cache.is_empty(), "expired entries are dropped");
+        assert_eq!(cache.lookup("good", t0 + ALLOWED_TTL), Lookup::Known);
+        assert_eq!(cache.len(), 1, "expired refusals are dropped");
+        assert_eq!(
+            cache.lookup("good", t0 + ALLOWED_TTL + KNOWN_TTL),
+            Lookup::Unknown
+        );
+        assert!(cache.is_empty(), "and allowances once no longer known");
     }
 
     #[test]
@@ -292,22 +362,58 @@ mod tests {
         // Nothing listens on port 1: a review fails at once with a connection error.
         let config = kube::Config::new("http://127.0.0.1:1".parse().expect("a URI"));
         let client = kube::Client::try_from(config).expect("a client");
-        let auth = Authorizer::with_limit(client, Duration::from_secs(5), 1, 2);
+        let auth = Authorizer::with_limits(client, Duration::from_secs(5), (1, 2), (1, 2));
         let header = |t: &str| http::HeaderValue::from_str(&format!("Bearer {t}")).expect("header");
+        let (one, two) = (IpAddr::from([10, 0, 0, 1]), IpAddr::from([10, 0, 0, 2]));
         for token in ["a", "b"] {
-            let r = auth.check(Some(&header(token))).await;
+            let r = auth.check(Some(&header(token)), one).await;
             assert!(
                 matches!(r, Err(ReviewError::Api(_))),
                 "{token}: reviewed: {r:?}"
             );
         }
-        let r = auth.check(Some(&header("c"))).await;
+        let r = auth.check(Some(&header("c")), two).await;
         assert!(matches!(r, Err(ReviewError::Throttled)), "{r:?}");
         assert_eq!(
-            auth.check(None).await.ok(),
+            auth.check(None, one).await.ok(),
             Some(Decision::Unauthenticated),
             "no token needs no review"
         );
+    }
+
+    /// One peer flooding made-up tokens spends its own share: another peer's new token is still
+    /// reviewed, and a token allowed before is reviewed again whatever the limits say.
+    #[tokio::test]
+    async fn a_flooding_peer_spends_its_own_share_and_known_scrapers_none() {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().expect("a URI"));
+        let client = kube::Client::try_from(config).expect("a client");
+        let auth = Authorizer::with_limits(client, Duration::from_secs(5), (1, 3), (1, 2));
+        let header = |t: &str| http::HeaderValue::from_str(&format!("Bearer {t}")).expect("header");
+        let (flood, prometheus) = (IpAddr::from([10, 0, 0, 9]), IpAddr::from([10, 0, 0, 2]));
+        let mut throttled = 0;
+        for i in 0..50 {
+            let r = auth
+                .check(Some(&header(&format!("made-up-{i}"))), flood)
+                .await;
+            throttled += usize::from(matches!(r, Err(ReviewError::Throttled)));
+        }
+        assert_eq!(
+            throttled, 48,
+            "the flooding peer got its burst of 2 reviews"
+        );
+        let r = auth.check(Some(&header("rotated")), prometheus).await;
+        assert!(matches!(r, Err(ReviewError::Api(_))), "reviewed: {r:?}");
+        // The global budget is spent now; a scraper's token allowed before is still reviewed.
+        let past = Instant::now() - ALLOWED_TTL - Duration::from_secs(1);
+        auth.cache.lock().unwrap_or_else(|e| e.into_inner()).put(
+            "scraper",
+            Decision::Allowed,
+            past,
+        );
+        let r = auth.check(Some(&header("new")), prometheus).await;
+        assert!(matches!(r, Err(ReviewError::Throttled)), "{r:?}");
+        let r = auth.check(Some(&header("scraper")), prometheus).await;
+        assert!(matches!(r, Err(ReviewError::Api(_))), "reviewed: {r:?}");
     }
 
     #[test]

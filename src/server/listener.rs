@@ -16,7 +16,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
@@ -25,9 +25,11 @@ use tokio_rustls::TlsAcceptor;
 
 /// What a server answers to one request.
 pub trait Respond: Send + Sync + 'static {
+    /// `peer`: the address the connection came from (a budget per peer, see `auth`).
     fn respond(
         &self,
         req: &Request<Incoming>,
+        peer: IpAddr,
     ) -> impl Future<Output = Response<Full<Bytes>>> + Send;
 }
 
@@ -138,7 +140,7 @@ async fn accept_loop<R: Respond>(listener: TcpListener, server: Arc<Server<R>>, 
     let pause = server.limits.accept_pause;
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => {
+            Ok((stream, peer)) => {
                 if pool.lock().make_room()
                     && let Some(unlogged) = evictions.admit(Instant::now())
                 {
@@ -148,7 +150,7 @@ async fn accept_loop<R: Respond>(listener: TcpListener, server: Arc<Server<R>>, 
                         "connection cap reached: closed the oldest connection"
                     );
                 }
-                let task = tokio::spawn(connection(stream, server.clone()));
+                let task = tokio::spawn(connection(stream, peer.ip(), server.clone()));
                 pool.lock().push(task.abort_handle());
             }
             Err(e) => match after_accept_error(&e) {
@@ -177,26 +179,26 @@ async fn accept_loop<R: Respond>(listener: TcpListener, server: Arc<Server<R>>, 
 
 /// Serves one connection until the client closes it, its handshake or headers are late, or it is
 /// evicted.
-async fn connection<R: Respond>(stream: TcpStream, server: Arc<Server<R>>) {
+async fn connection<R: Respond>(stream: TcpStream, peer: IpAddr, server: Arc<Server<R>>) {
     let deadline = server.limits.header_read_timeout;
     match &server.tls {
-        None => http(TokioIo::new(stream), server).await,
+        None => http(TokioIo::new(stream), peer, server).await,
         Some(acceptor) => match tokio::time::timeout(deadline, acceptor.accept(stream)).await {
-            Ok(Ok(tls)) => http(TokioIo::new(tls), server).await,
+            Ok(Ok(tls)) => http(TokioIo::new(tls), peer, server).await,
             Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
             Err(_) => tracing::debug!(?deadline, "TLS handshake not done within the deadline"),
         },
     }
 }
 
-async fn http<I, R: Respond>(io: I, server: Arc<Server<R>>)
+async fn http<I, R: Respond>(io: I, peer: IpAddr, server: Arc<Server<R>>)
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
     let deadline = server.limits.header_read_timeout;
     let service = service_fn(move |req: Request<Incoming>| {
         let server = server.clone();
-        async move { Ok::<_, Infallible>(server.site.respond(&req).await) }
+        async move { Ok::<_, Infallible>(server.site.respond(&req, peer).await) }
     });
     if let Err(e) = http1::Builder::new()
         .timer(TokioTimer::new())

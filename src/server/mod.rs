@@ -98,7 +98,7 @@ fn refusal(check: Result<Decision, ReviewError>) -> Option<Answer> {
 }
 
 impl Respond for Site {
-    async fn respond(&self, req: &Request<Incoming>) -> Answer {
+    async fn respond(&self, req: &Request<Incoming>, peer: std::net::IpAddr) -> Answer {
         let path = req.uri().path();
         match self {
             Site::Health(health) => match path {
@@ -119,7 +119,7 @@ impl Respond for Site {
             Site::Metrics { registry, auth } => {
                 if let Some(auth) = auth {
                     let header = req.headers().get(hyper::header::AUTHORIZATION);
-                    if let Some(refused) = refusal(auth.check(header).await) {
+                    if let Some(refused) = refusal(auth.check(header, peer).await) {
                         return refused;
                     }
                 }

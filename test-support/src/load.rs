@@ -138,14 +138,20 @@ impl Load {
         Ok(())
     }
 
-    /// `count` legacy events of finished loops (see `history`), the last occurrence `age` ago,
-    /// spread over namespaces `history-0` .. `history-<namespaces - 1>`.
-    pub async fn history(&self, count: u64, namespaces: u64, age: Duration) -> anyhow::Result<()> {
+    /// `count` legacy events of finished loops (see `history`), Pods `first` onwards, the last
+    /// occurrence `age` ago, spread over namespaces `history-0` .. `history-<namespaces - 1>`.
+    pub async fn history(
+        &self,
+        count: u64,
+        first: u64,
+        namespaces: u64,
+        age: Duration,
+    ) -> anyhow::Result<()> {
         let namespaces = namespaces.max(1);
         for n in 0..namespaces {
             ensure_namespace(&self.client, &format!("history-{n}")).await?;
         }
-        let requests = futures::stream::iter(0..count).map(|i| {
+        let requests = futures::stream::iter(first..first + count).map(|i| {
             let ns = format!("history-{}", i % namespaces);
             let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
             async move {
@@ -182,13 +188,15 @@ impl Load {
 
     /// `rate` raw event changes per second for `duration` seconds in `namespace`: new-style events,
     /// one object per key over `keys` keys, each change a merge patch of `series.count` and
-    /// `series.lastObservedTime = now`. Returns the figures of the run.
+    /// `series.lastObservedTime = now`, and with `message_bytes` a new message of that many bytes.
+    /// Returns the figures of the run.
     pub async fn rate(
         &self,
         rate: f64,
         duration: f64,
         keys: u64,
         namespace: &str,
+        message_bytes: Option<usize>,
     ) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
         anyhow::ensure!(rate > 0.0 && keys > 0, "--rate and --keys must be positive");
         ensure_namespace(&self.client, namespace).await?;
@@ -241,7 +249,13 @@ impl Load {
                         count: Some(count as i32),
                         last_observed_time: Some(MicroTime(Timestamp::now())),
                     };
-                    let patch = serde_json::json!({ "series": series });
+                    let mut patch = serde_json::json!({ "series": series });
+                    if let Some(bytes) = message_bytes {
+                        // Different each time, as a tenant's generated messages are.
+                        let head = format!("change {n} of key {i}: ");
+                        let fill = bytes.saturating_sub(head.len());
+                        patch["message"] = format!("{head}{}", "x".repeat(fill)).into();
+                    }
                     Some(
                         api.patch(
                             &format!("web-{i:07}.ingest"),

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# `just bench-growth`: how the operator grows, on a real kube-apiserver (target/envtest-bench-growth),
+# one fresh control plane per axis (per step for namespaces). At each point: the operator's steady
+# RSS, then a restart (SIGTERM, a new process, timed from its start to /readyz 200: its own series
+# objects and every raw event listed and replayed) with the new process' peak RSS (VmHWM) by then.
+#   series:     SERIES_STEPS (1000 10000 100000) series in 10 namespaces, seeded one step onto the last;
+#   stored:     1,000 series beside STORED_STEPS (10000 100000 1000000) stored raw events of loops that
+#               ended 30 minutes ago (what most of a cluster's events are), added step by step;
+#   namespaces: 10,000 series spread over NS_STEPS (10 100 1000 10000) namespaces;
+#   message:    MSG_RATE (20) raw event changes a second for 30 s with notes of MSG_STEPS (100 10000
+#               1000000) bytes: the operator's CPU per change (the note is cut to 1,024 bytes at once).
+# AXES picks some ("series stored namespaces message"). Result: bench/results/growth/<date>.json;
+# docs/growth.svg is drawn from it by bench/plot_growth.py.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$ROOT/bench/lib.sh"
+
+AXES="${AXES:-series stored namespaces message}"
+SERIES_STEPS="${SERIES_STEPS:-1000 10000 100000}" STORED_STEPS="${STORED_STEPS:-10000 100000 1000000}"
+NS_STEPS="${NS_STEPS:-10 100 1000 10000}" MSG_STEPS="${MSG_STEPS:-100 10000 1000000}" MSG_RATE="${MSG_RATE:-20}"
+LOADER="$TARGET/release/examples/bench-loader"
+[ -x "$LOADER" ] || die "no $LOADER: cargo build --release --example bench-loader"
+[ -x "$OPERATOR" ] || die "no $OPERATOR: cargo build --release"
+OP_PID=''
+trap 'stop_pid "$OP_PID"; cluster_stop' EXIT
+FLAGS=(--qps 2000 --burst 2000 --finish-after 2h --series-window 2h --heartbeat-interval 2h)
+load() { KUBECONFIG="$KUBECONFIG_FILE" "$LOADER" --concurrency 48 "$@" >/dev/null; }
+
+fresh() {
+  cluster_stop 2>/dev/null || true
+  cluster_start growth EVENT_TTL=3h "ETCD_EXTRA_ARGS=--quota-backend-bytes=8589934592"
+  k apply --server-side -f "$ROOT/crds/eventseries.dev_eventseriespolicies.yaml" >/dev/null
+  k wait --for=condition=Established --timeout=60s crd/eventseriespolicies.eventseries.dev >/dev/null
+  operator_start "$CLUSTER_DIR/operator.log" "${FLAGS[@]}"
+}
+
+# settle N: until N series are active, then 10 s more.
+settle() {
+  local t0=$SECONDS
+  until [ "$(op_metric event_series_series_active | cut -d. -f1)" -ge "$1" ]; do
+    [ $((SECONDS - t0)) -lt 1800 ] || die "fewer than $1 series after 30 min"
+    kill -0 "$OP_PID" || die "the operator exited (log $CLUSTER_DIR/operator.log)"
+    sleep 2
+  done
+  sleep 10
+}
+
+# point AXIS X SERIES STORED: steady RSS, then a timed restart; prints one JSON object.
+point() {
+  local rss t0 ms hwm
+  settle "$3"
+  rss="$(rss_kib "$OP_PID")"
+  stop_pid "$OP_PID"
+  t0="$(date +%s%N)"
+  operator_start "$CLUSTER_DIR/operator.log" "${FLAGS[@]}"
+  until operator_ready; do
+    kill -0 "$OP_PID" || die "the operator exited (log $CLUSTER_DIR/operator.log)"
+    sleep 0.02
+  done
+  ms=$((($(date +%s%N) - t0) / 1000000))
+  hwm="$(hwm_kib "$OP_PID")"
+  log "$1 $2: $3 series, $4 stored raw events: steady RSS $rss KiB; restart $ms ms, peak RSS $hwm KiB"
+  printf '{"axis":"%s","x":%s,"series":%s,"stored":%s,"steady_rss_kib":%s,"restart_ms":%s,"restart_peak_rss_kib":%s,"machine":%s}\n' \
+    "$1" "$2" "$3" "$4" "$rss" "$ms" "$hwm" "$(machine_json)"
+}
+
+points=()
+for axis in $AXES; do
+  case "$axis" in
+  series)
+    fresh
+    last=0
+    for n in $SERIES_STEPS; do
+      load seed --first "$last" --count $((n - last))
+      last=$n
+      points+=("$(point series "$n" "$n" "$n")")
+    done
+    ;;
+  stored)
+    fresh
+    load seed --count 1000
+    last=0
+    for n in $STORED_STEPS; do
+      load history --count $((n - last)) --first "$last"
+      last=$n
+      points+=("$(point stored "$n" 1000 $((n + 1000)))")
+    done
+    ;;
+  namespaces)
+    for n in $NS_STEPS; do
+      fresh
+      load seed --count 10000 --namespaces "$n"
+      points+=("$(point namespaces "$n" 10000 10000)")
+    done
+    ;;
+  message)
+    fresh
+    for bytes in $MSG_STEPS; do
+      before="$(cpu_ticks "$OP_PID")" seen="$(op_metric event_series_occurrences_total | cut -d. -f1)"
+      load rate --rate "$MSG_RATE" --duration 30 --keys 100 --namespace "msg-$bytes" --message-bytes "$bytes"
+      sleep 5
+      ticks=$(($(cpu_ticks "$OP_PID") - before))
+      changes=$(($(op_metric event_series_occurrences_total | cut -d. -f1) - seen))
+      log "message $bytes B: $changes changes, $ticks CPU ticks"
+      points+=("$(printf '{"axis":"message","x":%s,"changes":%s,"cpu_ticks":%s,"clk_tck":%s,"cpu_us_per_change":%s,"rss_kib":%s,"machine":%s}' \
+        "$bytes" "$changes" "$ticks" "$(getconf CLK_TCK)" \
+        "$(awk -v t="$ticks" -v c="$changes" -v h="$(getconf CLK_TCK)" 'BEGIN { printf "%.1f", c ? t / h * 1e6 / c : 0 }')" \
+        "$(rss_kib "$OP_PID")" "$(machine_json)")")
+    done
+    ;;
+  *) die "unknown axis $axis" ;;
+  esac
+done
+
+mkdir -p "$ROOT/bench/results/growth"
+out="$ROOT/bench/results/growth/$(date -u +%Y%m%dT%H%M%SZ).json"
+printf '%s\n' "${points[@]}" | jq -s --arg commit "$(git -C "$ROOT" rev-parse HEAD)" \
+  --argjson machine "$(machine_json)" --arg flags "${FLAGS[*]}" \
+  '{commit: $commit, machine: $machine, flags: $flags, points: .}' >"$out"
+log "done: $out"
