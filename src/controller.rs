@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!  policies + namespace labels (watch) ────▶ ┌────────┐             policy status writer
-//!  list own series (paginated) ──restore──▶ │        │
+//!  list own series (per namespace) ─restore─▶ │        │
 //!  raw list (buffered, time-ordered) ──────▶ │ engine │──intents──▶ writer task ──▶ events.k8s.io/v1
 //!  raw watch: applied / deleted / bookmark ─▶ │ (pure) │
 //!  tick every second ──────────────────────▶ └────────┘
@@ -28,6 +28,7 @@ use crate::writer::{Writer, WriterConfig};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::api::events::v1 as events;
 use kube::api::Api;
 use kube::{Client, Resource};
 use std::sync::Arc;
@@ -285,7 +286,16 @@ pub async fn run(
         config.watch_bookmarks,
         PageSize::new(config.list_page_size, config.list_page_bytes),
     );
-    let own = scoped(&client, &config.namespace);
+    // The own series objects namespace by namespace: a label-selected list is a range read over every
+    // stored event of its scope, and over the whole cluster (10^6 stored events) one page of it
+    // outlasts any request deadline.
+    let own: Vec<Api<events::Event>> = match &config.namespace {
+        Some(ns) => vec![Api::namespaced(client.clone(), ns)],
+        None => policies
+            .namespaces()
+            .map(|(ns, _)| Api::namespaced(client.clone(), ns))
+            .collect(),
+    };
     let bounds = restart::Bounds {
         page_bytes: config.list_page_bytes,
         restore_timeout: config.restore_timeout,

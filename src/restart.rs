@@ -1,8 +1,11 @@
 //! The restart shell: how an operator that starts (or takes over the lease) rebuilds the engine from
 //! what the API server holds, so that final counts equal those of a run that never stopped.
 //!
-//! 1. [`Restart::run`]: list the operator's own series objects (Ongoing and Finished, paginated),
-//!    decode each as a claim ([`crate::object::decode()`]) and restore it into the engine. Meanwhile the
+//! 1. [`Restart::run`]: list the operator's own series objects (Ongoing and Finished, paginated,
+//!    namespace by namespace: a label-selected list is a range read over every stored event of its
+//!    scope, and over a whole cluster holding 10^6 events even its first page outlasts the request
+//!    deadline), decode each as a claim ([`crate::object::decode()`]) and restore it into the
+//!    engine. Meanwhile the
 //!    first list of raw events is fetched; each raw event is kept as a compact [`OwnedObservation`]
 //!    ([`Restart::buffer`]) rather than fed at once, because a list comes in name order and because
 //!    the engine must know every stored series before it counts a raw event.
@@ -46,7 +49,7 @@ impl Restart {
     /// (its end, usually), which the caller handles once the restore is complete; `None` when the
     /// watch ended first. Fails when the restore makes no progress for `bounds.restore_timeout`.
     pub async fn run(
-        api: &Api<Event>,
+        own: &[Api<Event>],
         engine: &mut Engine,
         (metrics, health): (&Metrics, &Health),
         steps: &mut (impl Stream<Item = Step> + Unpin),
@@ -58,7 +61,7 @@ impl Restart {
             started,
         };
         engine.begin_recovery();
-        let restore = restore_own_series(api, engine, metrics, health, bounds);
+        let restore = restore_own_series(own, engine, metrics, health, bounds);
         tokio::pin!(restore);
         let mut held = None;
         let mut watch_open = true;
@@ -129,11 +132,11 @@ impl Restart {
     }
 }
 
-/// Restores every series object the operator wrote (Ongoing and Finished), page by page. Each is a
-/// claim checked by [`object::decode()`]; one that fails is skipped with a log line and counted in
-/// `event_series_recovery_rejected_total{reason}`.
+/// Restores every series object the operator wrote (Ongoing and Finished), one list per API in
+/// `own` (one per namespace), page by page. Each is a claim checked by [`object::decode()`]; one that
+/// fails is skipped with a log line and counted in `event_series_recovery_rejected_total{reason}`.
 async fn restore_own_series(
-    api: &Api<Event>,
+    own: &[Api<Event>],
     engine: &mut Engine,
     metrics: &Metrics,
     health: &Health,
@@ -149,20 +152,64 @@ async fn restore_own_series(
         health,
     };
     health.restore_progress(Some(started));
-    tracing::info!("restoring own series objects");
+    tracing::info!(namespaces = own.len(), "restoring own series objects");
+    let mut tally = Tally::default();
+    for api in own {
+        restore_list(api, engine, &mut sizes, &mut progress, &mut tally).await?;
+    }
+    health.restore_progress(None);
+    let Tally {
+        restored,
+        rejected,
+        pages,
+        waiting,
+    } = tally;
+    tracing::info!(
+        restored,
+        rejected,
+        pages,
+        namespaces = own.len(),
+        active = engine.active_series(),
+        list_ms = waiting.as_millis() as u64,
+        total_ms = started.elapsed().as_millis() as u64,
+        "own series objects restored"
+    );
+    Ok(())
+}
+
+/// What the lists of a restore did.
+#[derive(Default)]
+struct Tally {
+    restored: u64,
+    rejected: u64,
+    pages: u64,
+    /// Time spent waiting for pages.
+    waiting: Duration,
+}
+
+/// One list of own series objects (one namespace's), restored page by page.
+async fn restore_list(
+    api: &Api<Event>,
+    engine: &mut Engine,
+    sizes: &mut PageSize,
+    progress: &mut Progress<'_>,
+    tally: &mut Tally,
+) -> Result<(), RestoreError> {
+    sizes.restart();
+    progress.restarts = 0;
     let mut params = ListParams::default()
         .labels(&object::managed_selector())
         .limit(sizes.limit());
-    let (mut restored, mut pages, mut waiting) = (0, 0, Duration::ZERO);
-    let (mut rejected, mut list_rv) = (0u64, None::<u64>);
+    let mut list_rv = None::<u64>;
+    let metrics = progress.metrics;
     loop {
         let asked = Instant::now();
-        let page = list_with_retry(api, &mut params, &mut progress).await?;
+        let page = list_with_retry(api, &mut params, progress).await?;
         progress.last = Instant::now();
         progress.health.restore_progress(Some(progress.last));
         sizes.measured(paging::largest(&page.items));
-        waiting += asked.elapsed();
-        pages += 1;
+        tally.waiting += asked.elapsed();
+        tally.pages += 1;
         let now = Utc::now();
         let check = object::Check {
             now,
@@ -182,12 +229,12 @@ async fn restore_own_series(
             match claim {
                 Ok(series) => {
                     engine.restore(now, series);
-                    restored += 1;
+                    tally.restored += 1;
                 }
                 Err(e) => {
                     tracing::warn!(name = ?ev.metadata.name, namespace = ?ev.metadata.namespace,
                         error = %e, "series object not adopted");
-                    rejected += 1;
+                    tally.rejected += 1;
                     metrics.recovery_rejected(e.reason());
                 }
             }
@@ -197,20 +244,9 @@ async fn restore_own_series(
                 params.continue_token = Some(token);
                 params.limit = Some(sizes.limit());
             }
-            None => break,
+            None => return Ok(()),
         }
     }
-    health.restore_progress(None);
-    tracing::info!(
-        restored,
-        rejected,
-        pages,
-        active = engine.active_series(),
-        list_ms = waiting.as_millis() as u64,
-        total_ms = started.elapsed().as_millis() as u64,
-        "own series objects restored"
-    );
-    Ok(())
 }
 
 /// The bounds of a restore.
