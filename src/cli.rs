@@ -36,6 +36,11 @@ pub enum Command {
     Get(GetArgs),
     /// Print the EventSeriesPolicy CustomResourceDefinition as YAML.
     Crd,
+    /// Print a shell completion script (source it, or save it where your shell loads completions).
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -78,6 +83,26 @@ pub struct GetArgs {
     /// The kubeconfig context to use.
     #[arg(long)]
     pub context: Option<String>,
+    /// Print the rows without the header line.
+    #[arg(long)]
+    pub no_headers: bool,
+    /// The deadline of each request, such as 30s or 1m (0: none). Not of the --watch stream.
+    #[arg(long, value_name = "DURATION", value_parser = parse_request_timeout)]
+    pub request_timeout: Option<std::time::Duration>,
+    /// The user to impersonate for the requests.
+    #[arg(long = "as", value_name = "USER")]
+    pub impersonate: Option<String>,
+    /// A group to impersonate (repeat for more); needs --as.
+    #[arg(long = "as-group", value_name = "GROUP", requires = "impersonate")]
+    pub impersonate_groups: Vec<String>,
+}
+
+/// `--request-timeout`: a duration in the project's syntax, or `0` for none (as kubectl).
+fn parse_request_timeout(s: &str) -> Result<std::time::Duration, String> {
+    if s.trim() == "0" {
+        return Ok(std::time::Duration::ZERO);
+    }
+    duration::parse_std(s).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -293,6 +318,10 @@ impl GetArgs {
             watch: self.watch,
             kubeconfig: self.kubeconfig,
             context: self.context,
+            no_headers: self.no_headers,
+            request_timeout: self.request_timeout.filter(|d| !d.is_zero()),
+            impersonate: self.impersonate,
+            impersonate_groups: self.impersonate_groups,
         }
     }
 }

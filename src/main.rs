@@ -67,6 +67,11 @@ fn main() -> anyhow::Result<()> {
             print!("{}", event_series::config::crd::crd_yaml()?);
             Ok(())
         }
+        Command::Completion { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut command, "event-series", &mut std::io::stdout());
+            Ok(())
+        }
     }
 }
 

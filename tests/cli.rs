@@ -119,3 +119,23 @@ fn get_refuses_a_malformed_for_and_a_bad_state() {
     let out = cli(&["get", "-A", "-n", "x"]);
     assert_eq!(out.status.code(), Some(2), "-A and -n conflict");
 }
+
+/// SPEC Reading: `event-series completion bash|zsh|fish` prints a script for the shell, naming the
+/// subcommands and the reader's flags.
+#[test]
+fn completions_are_printed_for_each_shell() {
+    for (shell, marker) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef event-series"),
+        ("fish", "complete -c event-series"),
+    ] {
+        let out = cli(&["completion", shell]);
+        assert!(out.status.success(), "{shell}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(marker), "{shell}: no {marker:?}");
+        for word in ["get", "no-headers", "request-timeout", "as-group"] {
+            assert!(text.contains(word), "{shell}: {word} missing");
+        }
+    }
+    assert!(!cli(&["completion", "tcsh"]).status.success());
+}

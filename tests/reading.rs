@@ -171,9 +171,26 @@ fn the_wide_table_of_all_namespaces() {
     let layout = Layout {
         namespaces: true,
         wide: true,
+        ..Layout::default()
     };
     let (text, _) = render(&rows(&fixture(), &Filter::default()), layout, now());
     check("get-all-wide.txt", &text);
+}
+
+#[test]
+fn no_headers_prints_the_same_rows_without_the_header() {
+    let all = rows(&fixture(), &Filter::default());
+    let (with, _) = render(&all, Layout::default(), now());
+    let bare = Layout {
+        no_headers: true,
+        ..Layout::default()
+    };
+    let (without, _) = render(&all, bare, now());
+    assert_eq!(without.lines().count(), all.len());
+    assert!(with.starts_with("OBJECT"), "{with}");
+    let squeeze = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let rows_only: Vec<String> = with.lines().skip(1).map(squeeze).collect();
+    assert_eq!(without.lines().map(squeeze).collect::<Vec<_>>(), rows_only);
 }
 
 #[test]
@@ -231,7 +248,7 @@ mod tenant_text {
             ev.reporting_controller = Some(reporter);
             for layout in [
                 Layout::default(),
-                Layout { namespaces: true, wide: true },
+                Layout { namespaces: true, wide: true, no_headers: false },
             ] {
                 let (text, _) = render(&rows(&[ev.clone()], &Filter::default()), layout, now());
                 let bad: Vec<char> = text.chars().filter(|c| unsafe_char(*c)).collect();

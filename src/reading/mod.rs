@@ -39,6 +39,13 @@ pub struct Query {
     pub watch: bool,
     pub kubeconfig: Option<PathBuf>,
     pub context: Option<String>,
+    /// `--no-headers`.
+    pub no_headers: bool,
+    /// `--request-timeout`: the deadline of each request (not of the `--watch` stream).
+    pub request_timeout: Option<std::time::Duration>,
+    /// `--as` and `--as-group`: impersonation, as kubectl does it.
+    pub impersonate: Option<String>,
+    pub impersonate_groups: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -108,6 +115,18 @@ async fn client(q: &Query) -> Result<(kube::Client, String), ReadError> {
             .await
             .map_err(|e| ReadError::Kubeconfig(e.to_string()))?,
     };
+    let mut config = config;
+    if let Some(deadline) = q.request_timeout.filter(|_| !q.watch) {
+        config.connect_timeout = Some(deadline);
+        config.read_timeout = Some(deadline);
+        config.write_timeout = Some(deadline);
+    }
+    if let Some(user) = &q.impersonate {
+        config.auth_info.impersonate = Some(user.clone());
+    }
+    if !q.impersonate_groups.is_empty() {
+        config.auth_info.impersonate_groups = Some(q.impersonate_groups.clone());
+    }
     let namespace = q
         .namespace
         .clone()
@@ -146,6 +165,7 @@ pub async fn get(q: &Query, out: &mut impl Write, err: &mut impl Write) -> Resul
     let layout = Layout {
         namespaces: q.all_namespaces,
         wide: q.format == Format::Wide,
+        no_headers: q.no_headers,
     };
     let mut events = list(&api, &selector).await?;
     events.retain(|e| filter.admits(e));
@@ -186,7 +206,7 @@ pub async fn get(q: &Query, out: &mut impl Write, err: &mut impl Write) -> Resul
         let printer = Printer {
             layout,
             columns,
-            header_shown: !rows.is_empty(),
+            header_shown: q.no_headers || !rows.is_empty(),
         };
         follow(api, &selector, &filter, printer, out, err).await?;
     }

@@ -140,6 +140,8 @@ pub struct Layout {
     pub namespaces: bool,
     /// `-o wide`: REPORTER, NAME and NOTE too.
     pub wide: bool,
+    /// `--no-headers`: rows only.
+    pub no_headers: bool,
 }
 
 impl Layout {
@@ -296,7 +298,10 @@ impl Columns {
 
 /// The whole table, header and rows in the order given, and its columns (for rows that follow).
 pub fn render(rows: &[Row], layout: Layout, now: DateTime<Utc>) -> (String, Columns) {
-    let mut lines = vec![layout.header()];
+    let mut lines = Vec::with_capacity(rows.len() + 1);
+    if !layout.no_headers {
+        lines.push(layout.header());
+    }
     lines.extend(rows.iter().map(|r| layout.cells(r, now)));
     let mut columns = Columns::default();
     columns.fit(&lines);

@@ -253,6 +253,33 @@ async fn series_are_read_as_series_with_filters_formats_and_watch() -> Result<()
             && err.contains("cannot list resource \"events\" in API group \"events.k8s.io\""),
         "{err}"
     );
+    // The admin impersonating that ServiceAccount (`--as`) gets the same answer; `--no-headers`
+    // prints the rows only; a `--request-timeout` is accepted and a malformed one refused.
+    let user = format!("system:serviceaccount:{}:nobody", ns.name);
+    let (code, _, err) = get(kc, &["-n", &ns.name, "--as", &user])?;
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("Forbidden") && err.contains(&user),
+        "impersonated: {err}"
+    );
+    let (code, out, err) = get(
+        kc,
+        &[
+            "-n",
+            &ns.name,
+            "--state",
+            "Finished",
+            "--no-headers",
+            "--request-timeout",
+            "20s",
+        ],
+    )?;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(cells(&out).len(), 2, "two rows, no header:\n{out}");
+    assert!(!out.contains("LAST SEEN"), "{out}");
+    let (code, _, err) = get(kc, &["-n", &ns.name, "--request-timeout", "soon"])?;
+    assert_eq!(code, 2, "clap refuses it: {err}");
+    assert!(err.contains("--request-timeout"), "{err}");
 
     match ongoing.join() {
         Ok(r) => {
