@@ -33,7 +33,7 @@ pub enum Command {
     /// Run the controller (kubeconfig: KUBECONFIG, ~/.kube/config, or in-cluster).
     Run(Box<RunArgs>),
     /// Print the series as a table, one row per loop, newest last (also `kubectl series`).
-    Get(GetArgs),
+    Get(Box<GetArgs>),
     /// Print the EventSeriesPolicy CustomResourceDefinition as YAML.
     Crd,
     /// Print a shell completion script (source it, or save it where your shell loads completions).
