@@ -123,7 +123,39 @@ def soak(d):
     ])
 
 
-GENERATORS = {"scale-steps": scale_steps, "scale-bill": scale_bill, "heartbeats": heartbeats, "soak": soak}
+def failover(d):
+    after, bare, rss = d["after_sigkill_ms"], d["bare_list_ms"], d["rss_kib"]
+    s = lambda ms: n(ms / 1000, 1) + " s"
+    return table(["", "", "target"], [
+        ["stored raw events / series", "{} / {}".format(n(d["stored_raw_events"]), n(d["series"])), ""],
+        ["after SIGKILL: standby holds the Lease", s(after["lease"]), "within the lease duration"],
+        ["after SIGKILL: engine rebuilt / first write answered", "{} / {}".format(s(after["rebuilt"]),
+                                                                                  s(after["first_write"])), ""],
+        ["bare paginated lists (kubectl): series objects + raw events", "{} + {} = {}".format(
+            s(bare["series_objects"]), s(bare["raw_events"]), s(bare["both"])), ""],
+        ["rebuild (Lease to rebuilt) over the bare lists", "**{}×**".format(d["rebuild_over_bare_lists"]), "≤ 1.2×"],
+        ["RSS: leader steady / standby peak after the restore (MiB)", "{} / {}".format(
+            n(rss["leader_steady"] / 1024, 1), n(rss["standby_peak_after_restore"] / 1024, 1)), ""],
+        ["peak over steady", "**{}×**".format(d["peak_over_steady"]), "≤ 1.5×"],
+    ])
+
+
+def growth(d):
+    rows = []
+    for p in d["points"]:
+        if p["axis"] == "message":
+            rows.append(["message {} B".format(n(p["x"])), "", "", n(p["rss_kib"] / 1024, 1), "", "",
+                         "{} µs".format(p["cpu_us_per_change"])])
+        else:
+            rows.append(["{} {}".format(n(p["x"]), p["axis"]), n(p["series"]), n(p["stored"]),
+                         n(p["steady_rss_kib"] / 1024, 1), n(p["restart_ms"] / 1000, 1),
+                         n(p["restart_peak_rss_kib"] / 1024, 1), ""])
+    return table(["point", "series", "stored raw events", "RSS (MiB)", "restart (s)",
+                  "restart peak RSS (MiB)", "CPU per change"], rows)
+
+
+GENERATORS = {"scale-steps": scale_steps, "scale-bill": scale_bill, "heartbeats": heartbeats, "soak": soak,
+              "failover": failover, "growth": growth}
 
 
 DATE = re.compile(r"\d{8}T\d{6}Z")
