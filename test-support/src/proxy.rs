@@ -455,7 +455,15 @@ mod tests {
         let p = FaultProxy::start(e.addr).await.unwrap();
         let mut s = connect(&p);
         assert_eq!(round_trip(&mut s, b"hello"), b"hello");
-        let stats = p.stats();
+        // A chunk is counted once its write returned, which may be after the client read it.
+        let mut stats = p.stats();
+        for _ in 0..100 {
+            if stats.downstream_bytes == 5 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            stats = p.stats();
+        }
         assert_eq!((stats.upstream_bytes, stats.downstream_bytes), (5, 5));
         assert!(stats.last_upstream_delivery.is_some());
     }
