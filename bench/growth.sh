@@ -5,7 +5,8 @@
 # objects and every raw event listed and replayed) with the new process' peak RSS (VmHWM) by then.
 #   series:     SERIES_STEPS (1000 10000 100000) series in 10 namespaces, seeded one step onto the last;
 #   stored:     1,000 series beside STORED_STEPS (10000 100000 1000000) stored raw events of loops that
-#               ended 30 minutes ago (what most of a cluster's events are), added step by step;
+#               ended 150 minutes ago (beyond the 2 h seriesWindow of FLAGS, within the 3 h TTL: what
+#               most of a cluster's events are), added step by step;
 #   namespaces: 10,000 series spread over NS_STEPS (10 100 1000 10000) namespaces;
 #   message:    MSG_RATE (20) raw event changes a second for 30 s with notes of MSG_STEPS (100 10000
 #               1000000) bytes: the operator's CPU per change (the note is cut to 1,024 bytes at once).
@@ -82,7 +83,7 @@ for axis in $AXES; do
     load seed --count 1000
     last=0
     for n in $STORED_STEPS; do
-      load history --count $((n - last)) --first "$last"
+      load history --count $((n - last)) --first "$last" --age-minutes 150
       last=$n
       points+=("$(point stored "$n" 1000 $((n + 1000)))")
     done
