@@ -47,7 +47,8 @@ settle() {
   sleep 10
 }
 
-# point AXIS X SERIES STORED: steady RSS, then a timed restart; prints one JSON object.
+# point AXIS X SERIES STORED: steady RSS, then a timed restart; appends one JSON object to
+# `points`. Runs in this shell (not in $(...)), so that OP_PID names the new process afterwards.
 point() {
   local rss t0 ms hwm
   settle "$3"
@@ -62,8 +63,8 @@ point() {
   ms=$((($(date +%s%N) - t0) / 1000000))
   hwm="$(hwm_kib "$OP_PID")"
   log "$1 $2: $3 series, $4 stored raw events: steady RSS $rss KiB; restart $ms ms, peak RSS $hwm KiB"
-  printf '{"axis":"%s","x":%s,"series":%s,"stored":%s,"steady_rss_kib":%s,"restart_ms":%s,"restart_peak_rss_kib":%s,"machine":%s}\n' \
-    "$1" "$2" "$3" "$4" "$rss" "$ms" "$hwm" "$(machine_json)"
+  points+=("$(printf '{"axis":"%s","x":%s,"series":%s,"stored":%s,"steady_rss_kib":%s,"restart_ms":%s,"restart_peak_rss_kib":%s,"machine":%s}' \
+    "$1" "$2" "$3" "$4" "$rss" "$ms" "$hwm" "$(machine_json)")")
 }
 
 points=()
@@ -75,7 +76,7 @@ for axis in $AXES; do
     for n in $SERIES_STEPS; do
       load seed --first "$last" --count $((n - last))
       last=$n
-      points+=("$(point series "$n" "$n" "$n")")
+      point series "$n" "$n" "$n"
     done
     ;;
   stored)
@@ -85,14 +86,14 @@ for axis in $AXES; do
     for n in $STORED_STEPS; do
       load history --count $((n - last)) --first "$last" --age-minutes 150
       last=$n
-      points+=("$(point stored "$n" 1000 $((n + 1000)))")
+      point stored "$n" 1000 $((n + 1000))
     done
     ;;
   namespaces)
     for n in $NS_STEPS; do
       fresh
       load seed --count 10000 --namespaces "$n"
-      points+=("$(point namespaces "$n" 10000 10000)")
+      point namespaces "$n" 10000 10000
     done
     ;;
   message)
