@@ -118,7 +118,7 @@ bench-scale: bench-build
 bench-failover: bench-build
     bash bench/failover.sh
 
-# Growth curves: RSS and restart time against series (1k-100k), stored raw events (10k-10^6) and namespaces (10-10k); CPU per change against message size; docs/growth.svg (bench/growth.sh; AXES; about 60 min).
+# Growth curves: RSS and restart time against series (1k-100k), stored raw events (10k-10^6) and namespaces (10-10k); docs/growth.svg (bench/growth.sh; AXES; about 45 min).
 bench-growth: bench-build
     bash bench/growth.sh
     python3 bench/plot_growth.py

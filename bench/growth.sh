@@ -10,14 +10,16 @@
 #   namespaces: 10,000 series spread over NS_STEPS (10 100 1000 10000) namespaces;
 #   message:    MSG_RATE (20) raw event changes a second for 30 s with notes of MSG_STEPS (100 10000
 #               1000000) bytes: the operator's CPU per change (the note is cut to 1,024 bytes at once).
-# AXES picks some ("series stored namespaces message"). Result: bench/results/growth/<date>.json;
+#               Not in the default AXES: the loader's changes are new-style events, whose message the
+#               API server refuses beyond 1,024 bytes (422); it needs legacy events first.
+# AXES picks some (default "series stored namespaces"). Result: bench/results/growth/<date>.json;
 # docs/growth.svg is drawn from it by bench/plot_growth.py.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$ROOT/bench/lib.sh"
 
-AXES="${AXES:-series stored namespaces message}"
+AXES="${AXES:-series stored namespaces}"
 SERIES_STEPS="${SERIES_STEPS:-1000 10000 100000}" STORED_STEPS="${STORED_STEPS:-10000 100000 1000000}"
 NS_STEPS="${NS_STEPS:-10 100 1000 10000}" MSG_STEPS="${MSG_STEPS:-100 10000 1000000}" MSG_RATE="${MSG_RATE:-20}"
 LOADER="$TARGET/release/examples/bench-loader"
