@@ -355,15 +355,22 @@ mod tests {
         assert_eq!(cache.get("made-up-0", t0), None, "the oldest went first");
     }
 
+    /// A client of an API server that is not there: nothing listens on port 1, so a review fails at
+    /// once with a connection error (which shows that it was made).
+    fn unreachable() -> kube::Client {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().expect("a URI"));
+        kube::Client::try_from(config).expect("a client")
+    }
+
+    fn header(token: &str) -> http::HeaderValue {
+        http::HeaderValue::from_str(&format!("Bearer {token}")).expect("header")
+    }
+
     /// Past the limit of new tokens a request is refused without a review: the API server sees no
     /// more than the limit, whatever a flood of made-up tokens does.
     #[tokio::test]
     async fn new_tokens_beyond_the_limit_are_not_reviewed() {
-        // Nothing listens on port 1: a review fails at once with a connection error.
-        let config = kube::Config::new("http://127.0.0.1:1".parse().expect("a URI"));
-        let client = kube::Client::try_from(config).expect("a client");
-        let auth = Authorizer::with_limits(client, Duration::from_secs(5), (1, 2), (1, 2));
-        let header = |t: &str| http::HeaderValue::from_str(&format!("Bearer {t}")).expect("header");
+        let auth = Authorizer::with_limits(unreachable(), Duration::from_secs(5), (1, 2), (1, 2));
         let (one, two) = (IpAddr::from([10, 0, 0, 1]), IpAddr::from([10, 0, 0, 2]));
         for token in ["a", "b"] {
             let r = auth.check(Some(&header(token)), one).await;
@@ -385,10 +392,7 @@ mod tests {
     /// reviewed, and a token allowed before is reviewed again whatever the limits say.
     #[tokio::test]
     async fn a_flooding_peer_spends_its_own_share_and_known_scrapers_none() {
-        let config = kube::Config::new("http://127.0.0.1:1".parse().expect("a URI"));
-        let client = kube::Client::try_from(config).expect("a client");
-        let auth = Authorizer::with_limits(client, Duration::from_secs(5), (1, 3), (1, 2));
-        let header = |t: &str| http::HeaderValue::from_str(&format!("Bearer {t}")).expect("header");
+        let auth = Authorizer::with_limits(unreachable(), Duration::from_secs(5), (1, 3), (1, 2));
         let (flood, prometheus) = (IpAddr::from([10, 0, 0, 9]), IpAddr::from([10, 0, 0, 2]));
         let mut throttled = 0;
         for i in 0..50 {

@@ -95,12 +95,12 @@ impl Engine {
             }
         }
         tally.add(obs.raw, obs.count, p.count, at.t, at.seen);
-        let series = Series {
+        let mut series = Series {
             // Only more occurrences are worth an early refresh (as Ongoing); this one alone is
             // written by the finish.
             written_count: tally.count,
             tally,
-            next_heartbeat: micros(self.pacer.book(now + settings.heartbeat_interval, now)),
+            next_heartbeat: 0,
             refresh_step: Series::refresh_step_after(settings, time(ended.first), now),
             name_variant: ended.name_variant,
             timer_due: 0,
@@ -111,6 +111,9 @@ impl Engine {
             // The key's next run has begun: the series is only corrected, Finished at once.
             self.finish(now, at.slot, at.id, series, FinishCause::Quiet);
         } else {
+            // Only a series that stays active takes a heartbeat slot (see `pacing`).
+            let next = self.pacer.book(now + settings.heartbeat_interval, now);
+            series.next_heartbeat = micros(next);
             self.insert_series(now, at.slot, at.id, series);
         }
         true
