@@ -182,6 +182,11 @@ pub struct RunArgs {
     /// Most series with a write pending; beyond it intake waits for the writer.
     #[arg(long, default_value_t = 200_000)]
     pub max_pending_writes: usize,
+    /// Most series of one namespace with a write pending; beyond it that namespace's new writes are
+    /// shed and counted (event_series_writes_shed_total), so that one namespace starting series
+    /// faster than the API server takes writes cannot stall intake for every other.
+    #[arg(long, default_value_t = 50_000)]
+    pub max_pending_writes_per_namespace: usize,
     /// How far an event's own timestamp may lie from the operator's clock and still time its
     /// occurrence; beyond it, the occurrence is timed by its arrival. Also how far in the future a
     /// stored series object's times may lie before they are clamped to now at a restart.
@@ -258,6 +263,7 @@ impl RunArgs {
                 qps: self.qps,
                 burst: self.burst,
                 max_pending: self.max_pending_writes,
+                max_pending_per_namespace: self.max_pending_writes_per_namespace,
                 ..WriterConfig::default()
             },
             drain: self.shutdown_timeout,

@@ -1,99 +1,18 @@
 //! Prometheus metrics (prefix `event_series_`, SPEC "Operations"). The engine keeps plain counters in
 //! [`crate::engine::Stats`]; the shell copies them here, so the pure core needs no metrics library.
 
+mod labels;
 mod process;
 
+pub use labels::*;
 pub use process::{ProcessCollector, ProcessStats};
 
 use crate::engine::Stats;
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestLabels {
-    pub verb: String,
-    pub code: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DropLabels {
-    pub reason: String,
-}
-
-/// Every `reason` of `dropped_total`, exported at 0 from the start so that rates and alerts on them
-/// work before the first drop. Its unit is the occurrence: a raw event that cannot be read counts
-/// as one.
-pub const DROP_REASONS: &[&str] = &[
-    "lone",
-    "filtered",
-    "stale",
-    "missing_name",
-    "missing_namespace",
-    "no_timestamp",
-];
-
-/// Every `reason` of `series_evicted_total`.
-pub const EVICTION_REASONS: &[&str] = &[
-    "max_active_series",
-    "max_active_series_per_namespace",
-    "namespace_deleted",
-];
-
-/// The `duration` labels of `series_ongoing_longer_than`, with their lengths: few and fixed, so that
-/// the family stays four series whatever the cluster does.
-pub const ONGOING_AGES: [(&str, i64); 4] = [
-    ("10m", 600),
-    ("1h", 3_600),
-    ("6h", 6 * 3_600),
-    ("24h", 24 * 3_600),
-];
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct AgeLabels {
-    pub duration: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ProbeLabels {
-    pub result: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BuildLabels {
-    pub version: &'static str,
-    pub commit: &'static str,
-    pub rustc: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KindLabels {
-    pub kind: &'static str,
-}
-
-/// Every `kind` of `write_latency_seconds`, exported from the start.
-pub const WRITE_KINDS: [&str; 3] = ["create", "heartbeat", "finish"];
-
-type LatencyFamily = Family<KindLabels, Histogram, fn() -> Histogram>;
-
-/// The histograms behind `event_series_write_latency_seconds{kind}`: 18 buckets from 10 ms, each
-/// twice the previous (the last bound is about 22 minutes), wide enough for a create answered at
-/// once and for a heartbeat held back by a slow API server for minutes.
-#[derive(Clone, Debug)]
-pub struct WriteLatency(pub LatencyFamily);
-
-impl Default for WriteLatency {
-    fn default() -> Self {
-        fn buckets() -> Histogram {
-            Histogram::new(exponential_buckets(0.01, 2.0, 18))
-        }
-        WriteLatency(Family::new_with_constructor(buckets))
-    }
-}
 
 /// Every metric the operator exports.
 #[derive(Default)]
@@ -127,19 +46,10 @@ pub struct Metrics {
     pub ingest_lag: IngestLag,
     /// `write_latency_seconds{kind}`: see [`Metrics::write_latency`].
     pub write_latency: WriteLatency,
+    /// `writes_shed_total{kind}`: see [`Metrics::write_shed`].
+    pub writes_shed: Family<KindLabels, Counter>,
     /// Engine counters already exported, so that [`Metrics::sync_engine`] adds only the growth.
     seen: SeenStats,
-}
-
-/// The histogram behind `event_series_ingest_lag_seconds`: 30 buckets from 1 ms, each 1.5 times the
-/// previous (the last bound is about 2 minutes), so that p50 and p99 read from it are within 50 %.
-#[derive(Clone, Debug)]
-pub struct IngestLag(pub Histogram);
-
-impl Default for IngestLag {
-    fn default() -> Self {
-        IngestLag(Histogram::new(exponential_buckets(0.001, 1.5, 30)))
-    }
 }
 
 #[derive(Default)]
@@ -303,6 +213,15 @@ impl Metrics {
              occurrence plus finishAfter; a gap or an eviction: when it happened)",
             m.write_latency.0.clone(),
         );
+        for kind in WRITE_KINDS {
+            let _ = m.writes_shed.get_or_create(&KindLabels { kind });
+        }
+        r.register(
+            "writes_shed",
+            "Series writes not queued because their namespace held its share of the pending writes \
+             (--max-pending-writes-per-namespace), by kind; the series' next write carries its state",
+            m.writes_shed.clone(),
+        );
         r.register(
             "recovery_rejected",
             "Series objects not adopted at a restart because they failed a check (a copy from \
@@ -334,17 +253,20 @@ impl Metrics {
 
     /// A write landed `seconds` after it was owed (see `write_latency_seconds`).
     pub fn write_latency(&self, kind: crate::intent::WriteKind, seconds: f64) {
-        use crate::intent::WriteKind;
-        let kind = match kind {
-            WriteKind::Create => WRITE_KINDS[0],
-            // An early refresh is a heartbeat come early: one kind for the reader's wait.
-            WriteKind::Refresh | WriteKind::Heartbeat => WRITE_KINDS[1],
-            WriteKind::Finish(_) => WRITE_KINDS[2],
-        };
+        let kind = write_kind(kind);
         self.write_latency
             .0
             .get_or_create(&KindLabels { kind })
             .observe(seconds.max(0.0));
+    }
+
+    /// A write was shed: its namespace held its share of the pending writes.
+    pub fn write_shed(&self, kind: crate::intent::WriteKind) {
+        self.writes_shed
+            .get_or_create(&KindLabels {
+                kind: write_kind(kind),
+            })
+            .inc();
     }
 
     pub fn request(&self, verb: &str, code: u16) {

@@ -19,6 +19,7 @@
 //!   rather than released at shutdown.
 
 pub mod fair;
+mod owed;
 pub mod queue;
 
 use crate::client::timed_out;
@@ -171,6 +172,9 @@ pub struct WriterConfig {
     /// Most series with a write pending; beyond it the writer stops taking intents, which holds up
     /// the controller (back-pressure) instead of growing without bound.
     pub max_pending: usize,
+    /// Most series of one namespace with a write pending; beyond it that namespace's new writes
+    /// are shed (counted), so that one namespace cannot fill `max_pending` and stall every other.
+    pub max_pending_per_namespace: usize,
 }
 
 impl Default for WriterConfig {
@@ -180,9 +184,13 @@ impl Default for WriterConfig {
             burst: 100,
             concurrency: 8,
             max_pending: 200_000,
+            max_pending_per_namespace: 50_000,
         }
     }
 }
+
+/// How often at most the writer logs that it shed writes.
+const SHED_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// What one request answered.
 struct Outcome {
@@ -199,6 +207,8 @@ pub struct Writer {
     queue: Queue,
     /// The queue was shrunk after a burst that has not ended yet.
     after_burst: bool,
+    /// Writes shed since the last log line about them, and when that was.
+    shed: (u64, Option<std::time::Instant>),
 }
 
 impl Writer {
@@ -217,12 +227,13 @@ impl Writer {
             .allow_burst(burst);
         Writer {
             client,
-            queue: Queue::new(config.max_pending),
+            queue: Queue::new(config.max_pending, config.max_pending_per_namespace),
             config,
             metrics,
             limiter: Arc::new(RateLimiter::direct(quota)),
             fence,
             after_burst: false,
+            shed: (0, None),
         }
     }
 
@@ -309,6 +320,27 @@ impl Writer {
         }
     }
 
+    /// Queues an intent, or counts and logs it shed (a log line at most every 10 s, so that a
+    /// flood is not also a flood of logs).
+    fn push(&mut self, now: std::time::Instant, intent: Intent) {
+        let Err(shed) = self.queue.push(now, intent) else {
+            return;
+        };
+        self.metrics.write_shed(shed.kind);
+        self.shed.0 += 1;
+        if self
+            .shed
+            .1
+            .is_none_or(|at| now.duration_since(at) >= SHED_LOG_EVERY)
+        {
+            tracing::warn!(namespace = %shed.namespace, name = %shed.name, kind = ?shed.kind,
+                shed = self.shed.0, share = self.config.max_pending_per_namespace,
+                "the namespace holds its share of pending writes: writes shed (this one and the \
+                 others counted since the last line); the series' next write carries its state");
+            self.shed = (0, Some(now));
+        }
+    }
+
     /// A burst (every series created at once after a restart or a storm) grows the queue to its
     /// size; it is given back once the burst has been written, and its pages handed back.
     fn settle(&mut self) {
@@ -384,9 +416,9 @@ impl Writer {
                     Some(intent) => {
                         // Take the backlog at once: a burst of creates costs one pass.
                         let now = std::time::Instant::now();
-                        self.queue.push(now, intent);
+                        self.push(now, intent);
                         while !self.queue.is_full() && let Ok(intent) = intents.try_recv() {
-                            self.queue.push(now, intent);
+                            self.push(now, intent);
                         }
                     }
                     None => {
@@ -401,7 +433,7 @@ impl Writer {
                     // the channel's capacity past the bound).
                     let now = std::time::Instant::now();
                     while let Ok(intent) = intents.try_recv() {
-                        self.queue.push(now, intent);
+                        self.push(now, intent);
                     }
                 }
                 Some(outcome) = in_flight.next(), if !in_flight.is_empty() => self.complete(outcome),

@@ -6,14 +6,18 @@
 //!   backoff never loses counts and never multiplies writes, and the queue is bounded by the number
 //!   of series with something left to write; [`Queue::is_full`] tells the shell to stop taking
 //!   intents (back-pressure) at `capacity`.
+//! - Each namespace holds at most `share` of the pending writes: beyond it, a write that would add
+//!   an entry for that namespace is shed ([`Shed`]), so that one namespace that starts series faster
+//!   than the API server takes writes cannot fill the queue and stall intake for every other. An
+//!   intent for a series already pending always coalesces into its entry.
 //! - An answer never discards a newer intent: a write rejected, or done, for an older state leaves
 //!   the newer one pending.
 
 use super::fair::Fair;
+pub use super::owed::Owed;
 use super::{Answer, Next, Verb, next};
 use crate::intent::{Intent, WriteKind};
 use crate::object;
-use chrono::{DateTime, Utc};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,65 +54,6 @@ pub struct Job {
     /// The intents this write is the first to carry, each kind's oldest: a successful answer ends
     /// their wait.
     pub owed: Owed,
-}
-
-/// Since when each kind of write has been owed and not yet carried by a write, on the engine's
-/// clock ([`Intent::due`]). One entry per kind, so that a heartbeat coalesced into a finish still
-/// ends both waits, and a superseded intent keeps its own.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Owed {
-    pub create: Option<DateTime<Utc>>,
-    pub refresh: Option<DateTime<Utc>>,
-    pub heartbeat: Option<DateTime<Utc>>,
-    pub finish: Option<DateTime<Utc>>,
-}
-
-impl Owed {
-    fn of(intent: &Intent) -> Owed {
-        let mut owed = Owed::default();
-        let slot = match intent.kind {
-            WriteKind::Create => &mut owed.create,
-            WriteKind::Refresh => &mut owed.refresh,
-            WriteKind::Heartbeat => &mut owed.heartbeat,
-            WriteKind::Finish(_) => &mut owed.finish,
-        };
-        *slot = Some(intent.due);
-        owed
-    }
-
-    /// Both, each kind owed since the earlier of the two.
-    fn merge(self, other: Owed) -> Owed {
-        let min = |a: Option<DateTime<Utc>>, b: Option<DateTime<Utc>>| match (a, b) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        Owed {
-            create: min(self.create, other.create),
-            refresh: min(self.refresh, other.refresh),
-            heartbeat: min(self.heartbeat, other.heartbeat),
-            finish: min(self.finish, other.finish),
-        }
-    }
-
-    /// Each kind owed, with since when.
-    pub fn each(&self) -> impl Iterator<Item = (WriteKind, DateTime<Utc>)> {
-        [
-            (WriteKind::Create, self.create),
-            (WriteKind::Refresh, self.refresh),
-            (WriteKind::Heartbeat, self.heartbeat),
-            (
-                WriteKind::Finish(crate::intent::FinishCause::Quiet),
-                self.finish,
-            ),
-        ]
-        .into_iter()
-        .filter_map(|(kind, since)| Some((kind, since?)))
-    }
-
-    /// Only early refreshes are owed: the write may wait behind every other (see [`Queue`]).
-    fn deferrable(&self) -> bool {
-        self.create.is_none() && self.heartbeat.is_none() && self.finish.is_none()
-    }
 }
 
 /// What an answer led to, for the shell's logs and metrics.
@@ -164,6 +109,10 @@ pub struct Queue {
     /// Intents taken so far: each pending write's `seq`.
     intents: u64,
     capacity: usize,
+    /// Most pending writes of one namespace.
+    share: usize,
+    /// Pending writes per namespace.
+    per_namespace: HashMap<String, usize>,
     in_flight: usize,
     /// Since when the queue has had work and no answer has moved it on (see [`Queue::stuck_since`]).
     waiting_since: Option<Instant>,
@@ -180,14 +129,28 @@ pub struct Queue {
 /// tenant took a series' name, and a reopening follows its finish within a window.
 pub const RENAMED_KEPT: usize = 4096;
 
+/// A write not taken because its namespace holds its share of the pending writes. What it carried
+/// is not lost for good: the series' next write (a refresh, a heartbeat or its finish) carries the
+/// whole state and recreates a missing object; but a shed finish leaves the object Ongoing until
+/// the event TTL removes it, unless the series is written again.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Shed {
+    pub kind: WriteKind,
+    pub namespace: String,
+    pub name: String,
+}
+
 impl Queue {
-    pub fn new(capacity: usize) -> Queue {
+    /// At most `capacity` pending writes, `share` of them in one namespace.
+    pub fn new(capacity: usize, share: usize) -> Queue {
         Queue {
             pending: HashMap::new(),
             waiting: Fair::default(),
             deferred: Fair::default(),
             intents: 0,
             capacity: capacity.max(1),
+            share: share.max(1),
+            per_namespace: HashMap::new(),
             in_flight: 0,
             waiting_since: None,
             renamed: HashMap::new(),
@@ -236,10 +199,35 @@ impl Queue {
         lane.schedule(&ns, target, at);
     }
 
+    /// Pending writes of `namespace`.
+    pub fn pending_in(&self, namespace: &str) -> usize {
+        self.per_namespace.get(namespace).copied().unwrap_or(0)
+    }
+
+    /// Removes `target`'s pending write.
+    fn remove(&mut self, target: &Arc<Target>) -> Option<Pending> {
+        let p = self.pending.remove(target)?;
+        if let Some(n) = self.per_namespace.get_mut(&target.namespace) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_namespace.remove(&target.namespace);
+            }
+        }
+        Some(p)
+    }
+
     /// Takes an intent: a new pending write due now, or the newer state of one already pending
-    /// (which keeps its place, its verb if it is still a create, and its backoff).
-    pub fn push(&mut self, now: Instant, intent: Intent) {
+    /// (which keeps its place, its verb if it is still a create, and its backoff). A new write in a
+    /// namespace that holds its share is shed instead.
+    pub fn push(&mut self, now: Instant, intent: Intent) -> Result<(), Shed> {
         let target = Arc::new(Target::of(&intent));
+        if !self.pending.contains_key(&target) && self.pending_in(&target.namespace) >= self.share {
+            return Err(Shed {
+                kind: intent.kind,
+                namespace: target.namespace.clone(),
+                name: target.name.clone(),
+            });
+        }
         let variant = intent
             .series
             .name_variant
@@ -261,8 +249,12 @@ impl Queue {
                 // A refresh waiting behind everything became a heartbeat or a finish: it is due now.
                 self.schedule(target, now);
             }
-            return;
+            return Ok(());
         }
+        *self
+            .per_namespace
+            .entry(target.namespace.clone())
+            .or_default() += 1;
         self.pending.insert(
             target.clone(),
             Pending {
@@ -277,6 +269,7 @@ impl Queue {
             },
         );
         self.schedule(target, now);
+        Ok(())
     }
 
     /// When the next waiting write is due (`None`: none waits).
@@ -351,7 +344,7 @@ impl Queue {
                 }
             }
             Next::Done => {
-                if let Some(p) = self.pending.remove(&job.target)
+                if let Some(p) = self.remove(&job.target)
                     && matches!(p.intent.kind, WriteKind::Finish(_))
                 {
                     self.finished_renamed(&job.target);
@@ -379,7 +372,7 @@ impl Queue {
                 }
             }
             Next::Reject(why) => {
-                let p = self.pending.remove(&job.target);
+                let p = self.remove(&job.target);
                 Settled::Rejected {
                     why,
                     intent: Box::new(p.map_or_else(|| job.intent.clone(), |p| p.intent)),
@@ -427,7 +420,7 @@ impl Queue {
             self.renamed.insert(job.target.clone(), p.variant);
             return Settled::Renamed { variant: p.variant };
         }
-        let p = self.pending.remove(&job.target);
+        let p = self.remove(&job.target);
         self.renamed.remove(&job.target);
         Settled::Rejected {
             why: format!(
@@ -466,10 +459,22 @@ mod tests {
     use crate::engine::Engine;
     use crate::intent::FinishCause;
 
+    /// Pushes an intent that must be queued.
+    trait Put {
+        fn put(&mut self, now: Instant, intent: Intent);
+    }
+
+    impl Put for Queue {
+        fn put(&mut self, now: Instant, intent: Intent) {
+            let shed = self.push(now, intent);
+            assert_eq!(shed, Ok(()), "the intent was shed");
+        }
+    }
+
     /// The create intent of a distinct series (one per pod), as the engine makes it, then given
     /// `kind` and `count`.
     fn intent(pod: &str, kind: WriteKind, count: u64) -> Intent {
-        let now = Utc::now();
+        let now = chrono::Utc::now();
         let raw: k8s_openapi::api::core::v1::Event = serde_json::from_value(serde_json::json!({
             "metadata": {"name": format!("{pod}.1"), "namespace": "ns", "uid": pod},
             "involvedObject": {"kind": "Pod", "name": pod, "namespace": "ns"},
@@ -502,8 +507,8 @@ mod tests {
     /// A queue holding the create of pod `pod`'s series, due at the instant returned.
     fn one_create(pod: &str) -> (Instant, Queue) {
         let t0 = Instant::now();
-        let mut q = Queue::new(100);
-        q.push(t0, intent(pod, WriteKind::Create, 2));
+        let mut q = Queue::new(100, 100);
+        q.put(t0, intent(pod, WriteKind::Create, 2));
         (t0, q)
     }
 
@@ -514,9 +519,9 @@ mod tests {
     #[test]
     fn due_writes_come_earliest_first_and_backoff_reorders_them() {
         let t0 = Instant::now();
-        let mut q = Queue::new(100);
+        let mut q = Queue::new(100, 100);
         for (i, pod) in ["a", "b", "c"].iter().enumerate() {
-            q.push(
+            q.put(
                 t0 + Duration::from_millis(i as u64),
                 intent(pod, WriteKind::Create, 2),
             );
@@ -541,12 +546,12 @@ mod tests {
     #[test]
     fn a_newer_intent_coalesces_and_survives_the_rejection_of_the_older() {
         let t0 = Instant::now();
-        let mut q = Queue::new(100);
-        q.push(t0, intent("a", WriteKind::Create, 2));
+        let mut q = Queue::new(100, 100);
+        q.put(t0, intent("a", WriteKind::Create, 2));
         let job = q.take_due(t0, 10).remove(0);
         // While the create is in flight, two newer states arrive: one entry, the latest state.
-        q.push(t0, intent("a", WriteKind::Heartbeat, 5));
-        q.push(t0, intent("a", WriteKind::Finish(FinishCause::Quiet), 9));
+        q.put(t0, intent("a", WriteKind::Heartbeat, 5));
+        q.put(t0, intent("a", WriteKind::Finish(FinishCause::Quiet), 9));
         assert_eq!(q.len(), 1);
         let settled = q.answered(t0, &job, &status(422));
         assert_eq!(
@@ -570,10 +575,10 @@ mod tests {
     #[test]
     fn a_write_done_for_an_older_state_is_followed_by_a_patch_with_the_newer() {
         let t0 = Instant::now();
-        let mut q = Queue::new(100);
-        q.push(t0, intent("a", WriteKind::Create, 2));
+        let mut q = Queue::new(100, 100);
+        q.put(t0, intent("a", WriteKind::Create, 2));
         let job = q.take_due(t0, 10).remove(0);
-        q.push(t0, intent("a", WriteKind::Heartbeat, 7));
+        q.put(t0, intent("a", WriteKind::Heartbeat, 7));
         assert!(matches!(
             q.answered(t0, &job, &status(201)),
             Settled::Again { .. }
@@ -629,17 +634,17 @@ mod tests {
         let job = q.take_due(t0, 1).remove(0);
         assert_eq!(q.answered(t0, &job, &status(201)), Settled::Done);
         // A later heartbeat, and the finish, go to the name the create took.
-        q.push(t0, intent("a", WriteKind::Heartbeat, 5));
+        q.put(t0, intent("a", WriteKind::Heartbeat, 5));
         let job = q.take_due(t0, 1).remove(0);
         assert_eq!((job.verb, job.variant), (Verb::Patch, 1));
         assert_eq!(q.answered(t0, &job, &status(200)), Settled::Done);
-        q.push(t0, intent("a", WriteKind::Finish(FinishCause::Quiet), 6));
+        q.put(t0, intent("a", WriteKind::Finish(FinishCause::Quiet), 6));
         let job = q.take_due(t0, 1).remove(0);
         assert_eq!(job.variant, 1);
         assert_eq!(q.answered(t0, &job, &status(200)), Settled::Done);
         assert!(q.is_empty());
         // An occurrence written late reopens it: its next write still goes to its name.
-        q.push(t0, intent("a", WriteKind::Finish(FinishCause::Quiet), 7));
+        q.put(t0, intent("a", WriteKind::Finish(FinishCause::Quiet), 7));
         let job = q.take_due(t0, 1).remove(0);
         assert_eq!((job.verb, job.variant), (Verb::Patch, 1));
         assert_eq!(q.answered(t0, &job, &status(200)), Settled::Done);
@@ -650,7 +655,7 @@ mod tests {
                 Arc::new(Target::of(&intent(&name, WriteKind::Create, 2))),
                 1,
             );
-            q.push(t0, intent(&name, WriteKind::Finish(FinishCause::Quiet), 2));
+            q.put(t0, intent(&name, WriteKind::Finish(FinishCause::Quiet), 2));
             let job = q.take_due(t0, 1).remove(0);
             assert_eq!(q.answered(t0, &job, &status(200)), Settled::Done);
         }
@@ -662,17 +667,17 @@ mod tests {
         // A restored series names its variant itself.
         let mut restored = intent("b", WriteKind::Heartbeat, 3);
         restored.series.name_variant = 2;
-        q.push(t0, restored);
+        q.put(t0, restored);
         assert_eq!(q.take_due(t0, 1)[0].variant, 2);
     }
 
     #[test]
     fn the_queue_is_bounded_and_reports_a_writer_that_gets_nothing_through() {
         let t0 = Instant::now();
-        let mut q = Queue::new(2);
-        q.push(t0, intent("a", WriteKind::Create, 2));
+        let mut q = Queue::new(2, 2);
+        q.put(t0, intent("a", WriteKind::Create, 2));
         assert!(!q.is_full());
-        q.push(t0, intent("b", WriteKind::Create, 2));
+        q.put(t0, intent("b", WriteKind::Create, 2));
         assert!(q.is_full());
         // Timeouts: due work, no progress.
         let mut now = t0;
@@ -696,8 +701,8 @@ mod tests {
     #[test]
     fn a_write_put_back_before_it_started_waits_again() {
         let t0 = Instant::now();
-        let mut q = Queue::new(10);
-        q.push(t0, intent("a", WriteKind::Create, 2));
+        let mut q = Queue::new(10, 10);
+        q.put(t0, intent("a", WriteKind::Create, 2));
         let job = q.take_due(t0, 1).remove(0);
         q.put_back(t0, job);
         assert_eq!(q.in_flight(), 0);
@@ -707,9 +712,9 @@ mod tests {
     #[test]
     fn many_writes_leave_no_stale_entries_behind() {
         let t0 = Instant::now();
-        let mut q = Queue::new(100_000);
+        let mut q = Queue::new(100_000, 100_000);
         for i in 0..2_000 {
-            q.push(t0, intent(&format!("p{i}"), WriteKind::Create, 2));
+            q.put(t0, intent(&format!("p{i}"), WriteKind::Create, 2));
         }
         let mut written = 0;
         while let Some(at) = q.next_due() {
@@ -747,15 +752,15 @@ mod tests {
     #[test]
     fn one_namespaces_backlog_does_not_delay_another_namespaces_write() {
         let t0 = Instant::now();
-        let mut q = Queue::new(100_000);
+        let mut q = Queue::new(100_000, 100_000);
         for i in 0..10_000 {
-            q.push(t0, in_ns("flood", &format!("p{i}")));
+            q.put(t0, in_ns("flood", &format!("p{i}")));
         }
         // The flood's writes are all due; one write of a quiet namespace becomes due later.
         let t1 = t0 + Duration::from_millis(1);
         let first = q.take_due(t1, 8);
         assert_eq!(namespaces(&first), ["flood"; 8]);
-        q.push(t1, in_ns("quiet", "q"));
+        q.put(t1, in_ns("quiet", "q"));
         let next = q.take_due(t1, 2);
         assert!(
             namespaces(&next).contains(&"quiet".to_owned()),
@@ -765,13 +770,51 @@ mod tests {
     }
 
     #[test]
+    fn a_namespace_past_its_share_sheds_new_writes_and_never_fills_the_queue() {
+        let t0 = Instant::now();
+        let mut q = Queue::new(100, 40);
+        let mut shed = Vec::new();
+        for i in 0..1_000 {
+            if let Err(s) = q.push(t0, in_ns("flood", &format!("p{i}"))) {
+                shed.push(s);
+            }
+        }
+        assert_eq!((q.pending_in("flood"), shed.len()), (40, 960));
+        assert_eq!(
+            shed[0],
+            Shed {
+                kind: WriteKind::Create,
+                namespace: "flood".into(),
+                name: Target::of(&in_ns("flood", "p40")).name,
+            }
+        );
+        assert!(!q.is_full(), "one namespace filled the queue");
+        // A series already pending still takes its newer state (it adds no entry)...
+        let mut finish = in_ns("flood", "p0");
+        finish.kind = WriteKind::Finish(FinishCause::Quiet);
+        q.put(t0, finish);
+        // ...and every other namespace still finds room, and is served in turn.
+        q.put(t0, in_ns("quiet", "q"));
+        let jobs = q.take_due(t0, 2);
+        assert_eq!(namespaces(&jobs), ["flood", "quiet"]);
+        // Once a write of the flood is answered, it has room for one more.
+        for job in &jobs {
+            assert_eq!(q.answered(t0, job, &status(201)), Settled::Done);
+        }
+        assert_eq!(q.pending_in("flood"), 39);
+        assert_eq!(q.pending_in("quiet"), 0);
+        q.put(t0, in_ns("flood", "p40"));
+        assert!(q.push(t0, in_ns("flood", "p41")).is_err());
+    }
+
+    #[test]
     fn namespaces_with_backlogs_are_served_in_turn_each_earliest_first() {
         let t0 = Instant::now();
-        let mut q = Queue::new(1_000);
+        let mut q = Queue::new(1_000, 1_000);
         for i in 0..10 {
             for ns in ["a", "b", "c"] {
                 let at = t0 + Duration::from_millis(10 - i);
-                q.push(at, in_ns(ns, &format!("{ns}{i}")));
+                q.put(at, in_ns(ns, &format!("{ns}{i}")));
             }
         }
         let now = t0 + Duration::from_secs(1);
@@ -790,12 +833,12 @@ mod tests {
     #[test]
     fn coalescing_and_rejection_keep_their_rules_across_namespaces() {
         let t0 = Instant::now();
-        let mut q = Queue::new(100);
-        q.push(t0, in_ns("x", "p"));
-        q.push(t0, in_ns("y", "p"));
+        let mut q = Queue::new(100, 100);
+        q.put(t0, in_ns("x", "p"));
+        q.put(t0, in_ns("y", "p"));
         let mut newer = in_ns("x", "p");
         newer.series.count = 9;
-        q.push(t0, newer);
+        q.put(t0, newer);
         assert_eq!(q.len(), 2, "one pending write per series object");
         let jobs = q.take_due(t0, 10);
         assert_eq!(jobs.len(), 2);
@@ -807,7 +850,7 @@ mod tests {
         );
         let mut newest = in_ns("x", "p");
         newest.series.count = 12;
-        q.push(t0, newest);
+        q.put(t0, newest);
         assert!(matches!(
             q.answered(t0, &x, &status(422)),
             Settled::Again { .. }
@@ -833,10 +876,10 @@ mod tests {
     #[test]
     fn a_write_ends_the_wait_of_every_intent_it_is_the_first_to_carry() {
         let t0 = Instant::now();
-        let mut q = Queue::new(100);
+        let mut q = Queue::new(100, 100);
         // A create superseded before it was sent keeps its wait: the write that follows ends both.
-        q.push(t0, owed_at(intent("a", WriteKind::Create, 2), 10));
-        q.push(t0, owed_at(intent("a", WriteKind::Heartbeat, 3), 20));
+        q.put(t0, owed_at(intent("a", WriteKind::Create, 2), 10));
+        q.put(t0, owed_at(intent("a", WriteKind::Heartbeat, 3), 20));
         let job = q.take_due(t0, 10).remove(0);
         let (create, heartbeat, quiet) = (
             WriteKind::Create,
@@ -846,11 +889,11 @@ mod tests {
         assert_eq!(since(&job), [(create, 10), (heartbeat, 20)]);
         // Not written (a 503): both still owed since as long as before, carried by the retry.
         q.answered(t0, &job, &status(503));
-        q.push(t0, owed_at(intent("a", WriteKind::Heartbeat, 4), 30));
+        q.put(t0, owed_at(intent("a", WriteKind::Heartbeat, 4), 30));
         let retry = q.take_due(t0 + Duration::from_secs(120), 10).remove(0);
         assert_eq!(since(&retry), [(create, 10), (heartbeat, 20)]);
         // Written while a newer state arrived: the patch that follows carries only the newer one.
-        q.push(
+        q.put(
             t0,
             owed_at(intent("a", WriteKind::Finish(FinishCause::Quiet), 5), 40),
         );
@@ -873,22 +916,22 @@ mod tests {
     #[test]
     fn early_refreshes_wait_behind_every_other_write() {
         let t0 = Instant::now();
-        let mut q = Queue::new(100);
+        let mut q = Queue::new(100, 100);
         // Objects that exist (their creates done), then refreshes for a, b and a heartbeat for c.
         for pod in ["a", "b", "c"] {
-            q.push(t0, intent(pod, WriteKind::Create, 2));
+            q.put(t0, intent(pod, WriteKind::Create, 2));
         }
         for job in q.take_due(t0, 10) {
             assert_eq!(q.answered(t0, &job, &status(201)), Settled::Done);
         }
-        q.push(t0, intent("a", WriteKind::Refresh, 3));
-        q.push(t0, intent("b", WriteKind::Refresh, 3));
+        q.put(t0, intent("a", WriteKind::Refresh, 3));
+        q.put(t0, intent("b", WriteKind::Refresh, 3));
         let later = t0 + Duration::from_millis(5);
-        q.push(later, intent("c", WriteKind::Heartbeat, 3));
+        q.put(later, intent("c", WriteKind::Heartbeat, 3));
         // c is due later than the refreshes, and still goes first.
         assert_eq!(names(&q.take_due(later, 1)), [name("c")]);
         // A refresh that becomes a finish before it is sent leaves the slow lane.
-        q.push(later, intent("b", WriteKind::Finish(FinishCause::Quiet), 4));
+        q.put(later, intent("b", WriteKind::Finish(FinishCause::Quiet), 4));
         let next = q.take_due(later, 1);
         assert_eq!(names(&next), [name("b")]);
         assert_eq!(next[0].verb, Verb::Patch);

@@ -10,7 +10,7 @@ use event_series_test_support::cluster::{
     Dedicated, TestNamespace, apply_on, client, client_for, kubeconfig, kubectl, series,
     tenant_client,
 };
-use event_series_test_support::raw::{Occurrences, app_container, kubelet};
+use event_series_test_support::raw::{Occurrences, app_container, kubelet, kubelet_backoff};
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -279,6 +279,68 @@ async fn a_flood_and_forged_copies_leave_a_quiet_namespace_its_series() -> Resul
             f.metadata.name
         );
     }
+    drop(op);
+    quiet.cleanup().await?;
+    flood.cleanup().await?;
+    drop(cluster);
+    Ok(())
+}
+
+/// A namespace that starts series far faster than the writer may write (`--qps 2`), beside a quiet
+/// one: past its share of the pending writes (20 of 50) the flood's new writes are shed and
+/// counted, and the quiet namespace's create goes through in seconds, where before it waited until
+/// the flood's backlog had drained from the intake (minutes at this rate).
+#[tokio::test]
+async fn a_flood_past_its_pending_share_does_not_hold_up_a_quiet_namespaces_create() -> Result<()> {
+    use futures::{StreamExt, TryStreamExt};
+    const FLOOD: usize = 1_500;
+    let cluster = Dedicated::start("pending-share", &[])?;
+    let kc = cluster.kubeconfig.as_path();
+    let admin = client_for(kc).await?;
+    let quiet = TestNamespace::new(&admin, "share_quiet").await?;
+    let flood = TestNamespace::new(&admin, "share_flood").await?;
+    let args = [
+        "--qps",
+        "2",
+        "--burst",
+        "2",
+        "--max-pending-writes",
+        "50",
+        "--max-pending-writes-per-namespace",
+        "20",
+    ];
+    let op = OPERATOR.launch(kc, "pending-share", &args)?;
+    // Each raw event counts two occurrences: a series, and a create, at once.
+    let flood_api: Api<CoreEvent> = Api::namespaced(admin.clone(), &flood.name);
+    futures::stream::iter(0..FLOOD)
+        .map(|i| {
+            let (api, ns) = (flood_api.clone(), flood.name.clone());
+            async move {
+                let raw = kubelet_backoff(&ns, &format!("f{i}.raw"), &format!("f{i}"), 2);
+                api.create(&PostParams::default(), &raw).await
+            }
+        })
+        .buffer_unordered(16)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let quiet_api: Api<CoreEvent> = Api::namespaced(admin.clone(), &quiet.name);
+    let raw = kubelet_backoff(&quiet.name, "web.raw", "web", 2);
+    quiet_api.create(&PostParams::default(), &raw).await?;
+    wait_for_within(
+        &admin,
+        &quiet.name,
+        Duration::from_secs(30),
+        "the quiet namespace's series written beside the flood",
+        |objs| objs.len() == 1 && count(&objs[0]) == 2,
+    )
+    .await?;
+    let shed = op.metric("event_series_writes_shed_total{kind=\"create\"}");
+    ensure!(
+        shed >= (FLOOD - 50) as f64,
+        "the flood's creates past its share were not shed: {shed}"
+    );
+    let pending = op.metric("event_series_writes_pending");
+    ensure!(pending <= 21.0, "pending writes past the share: {pending}");
     drop(op);
     quiet.cleanup().await?;
     flood.cleanup().await?;
