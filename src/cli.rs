@@ -205,6 +205,12 @@ pub struct RunArgs {
     /// A number of bytes, or with Ki, Mi or Gi.
     #[arg(long, default_value = "1Mi", value_parser = paging::parse_bytes)]
     pub list_page_bytes: usize,
+    /// Most bytes of keys the engine holds for series and candidates (a key at every field limit
+    /// takes about 4.6 KB): beyond it candidates, then series, of whoever holds the most are given
+    /// up (series written Finished, counted in event_series_series_evicted_total{reason="key_bytes"}).
+    /// A number of bytes, or with Ki, Mi or Gi.
+    #[arg(long, default_value = "64Mi", value_parser = paging::parse_bytes)]
+    pub max_key_bytes: usize,
     /// Watch and write in this namespace only (default: the whole cluster).
     #[arg(long)]
     pub namespace: Option<String>,
@@ -271,6 +277,7 @@ impl RunArgs {
             watch_bookmarks: !self.no_watch_bookmarks,
             clock_tolerance: self.clock_tolerance,
             event_ttl: self.event_ttl,
+            key_bytes: self.max_key_bytes,
             list_page_size: self.list_page_size,
             list_page_bytes: self.list_page_bytes,
             restore_timeout: self.restore_timeout,

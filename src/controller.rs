@@ -53,6 +53,8 @@ pub struct ControllerConfig {
     /// The API server's event TTL: bounds how far heartbeats are put off
     /// ([`EngineConfig::heartbeat_ceiling`]) and how long lone keys are remembered.
     pub event_ttl: chrono::TimeDelta,
+    /// [`crate::engine::EngineConfig::key_bytes`].
+    pub key_bytes: usize,
     /// Most raw events per list page.
     pub list_page_size: u32,
     /// About how many bytes (of JSON) a list page may hold ([`crate::paging`]).
@@ -257,6 +259,7 @@ pub async fn run(
             // for a heartbeat that waits in the writer's queue.
             heartbeat_rate: config.writer.qps * 0.75,
             heartbeat_ceiling: config.event_ttl * 3 / 4,
+            key_bytes: config.key_bytes,
             ..EngineConfig::default()
         },
     );

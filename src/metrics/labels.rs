@@ -33,6 +33,7 @@ pub const EVICTION_REASONS: &[&str] = &[
     "max_active_series",
     "max_active_series_per_namespace",
     "namespace_deleted",
+    "key_bytes",
 ];
 
 /// The `duration` labels of `series_ongoing_longer_than`, with their lengths: few and fixed, so that

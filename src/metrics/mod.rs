@@ -64,6 +64,7 @@ struct SeenStats {
     evicted_global: AtomicU64,
     evicted_namespace: AtomicU64,
     evicted_namespace_deleted: AtomicU64,
+    evicted_bytes: AtomicU64,
 }
 
 impl Metrics {
@@ -390,6 +391,7 @@ impl Metrics {
                 &s.evicted_namespace_deleted,
                 stats.evicted_namespace_deleted,
             ),
+            ("key_bytes", &s.evicted_bytes, stats.evicted_by_bytes),
         ] {
             let n = grow(seen, now);
             if n > 0 {

@@ -773,9 +773,13 @@ mod tests {
     fn a_namespace_past_its_share_sheds_new_writes_and_never_fills_the_queue() {
         let t0 = Instant::now();
         let mut q = Queue::new(100, 40);
+        // Made once: a series' name is derived from its start, the time its intent was made.
+        let flood: Vec<Intent> = (0..1_000)
+            .map(|i| in_ns("flood", &format!("p{i}")))
+            .collect();
         let mut shed = Vec::new();
-        for i in 0..1_000 {
-            if let Err(s) = q.push(t0, in_ns("flood", &format!("p{i}"))) {
+        for intent in &flood {
+            if let Err(s) = q.push(t0, intent.clone()) {
                 shed.push(s);
             }
         }
@@ -785,12 +789,12 @@ mod tests {
             Shed {
                 kind: WriteKind::Create,
                 namespace: "flood".into(),
-                name: Target::of(&in_ns("flood", "p40")).name,
+                name: Target::of(&flood[40]).name,
             }
         );
         assert!(!q.is_full(), "one namespace filled the queue");
         // A series already pending still takes its newer state (it adds no entry)...
-        let mut finish = in_ns("flood", "p0");
+        let mut finish = flood[0].clone();
         finish.kind = WriteKind::Finish(FinishCause::Quiet);
         q.put(t0, finish);
         // ...and every other namespace still finds room, and is served in turn.
@@ -803,8 +807,8 @@ mod tests {
         }
         assert_eq!(q.pending_in("flood"), 39);
         assert_eq!(q.pending_in("quiet"), 0);
-        q.put(t0, in_ns("flood", "p40"));
-        assert!(q.push(t0, in_ns("flood", "p41")).is_err());
+        q.put(t0, flood[40].clone());
+        assert!(q.push(t0, flood[41].clone()).is_err());
     }
 
     #[test]

@@ -134,7 +134,7 @@ impl Engine {
 
 /// The least recently seen candidate of the namespace holding the most (on a tie, `newcomer`'s)
 /// becomes dormant; its occurrences count as lone.
-fn evict_candidate(
+pub(super) fn evict_candidate(
     slot: &mut Slot,
     keys: &mut KeyStore,
     stats: &mut Stats,

@@ -24,6 +24,9 @@ pub struct EngineConfig {
     /// The longest a heartbeat is ever put off by that spacing, after the series' last write: below
     /// the API server's event TTL, so that no series object expires between two writes.
     pub heartbeat_ceiling: TimeDelta,
+    /// Most bytes of keys (and notes) held for series and candidates: counts alone do not bound
+    /// memory, since one key may take from a hundred bytes to 4.6 KB (see the `budget` module).
+    pub key_bytes: usize,
 }
 
 impl Default for EngineConfig {
@@ -36,6 +39,8 @@ impl Default for EngineConfig {
             // default bound, 100,000 series, then heartbeats every 45 minutes at 37 per second.
             heartbeat_rate: 37.5,
             heartbeat_ceiling: TimeDelta::minutes(45),
+            // A quarter of the Deployment's 256 MiB limit: 100,000 keys of 670 bytes each.
+            key_bytes: 64 << 20,
         }
     }
 }
@@ -55,6 +60,9 @@ pub struct Stats {
     /// Series finished early because `maxActiveSeriesPerNamespace` was reached (also in
     /// `series_finished`).
     pub evicted_by_namespace: u64,
+    /// Series finished early because the keys outgrew `EngineConfig::key_bytes` (also in
+    /// `series_finished`).
+    pub evicted_by_bytes: u64,
     /// Series ended unwritten because their namespace was deleted (also in `series_finished`).
     pub evicted_namespace_deleted: u64,
     /// Occurrences in candidates that never became a series (expired or evicted).

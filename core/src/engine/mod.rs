@@ -49,7 +49,8 @@
 //! table holds at most [`EngineConfig::raw_capacity`] objects (least recently updated evicted); an
 //! evicted object seen again is measured against the count its key's series, candidate or dormant
 //! record noted for it, so it is not counted again. Every eviction is
-//! counted in [`Stats`].
+//! counted in [`Stats`]. The keys themselves are held within [`EngineConfig::key_bytes`] (see
+//! `budget`): beyond it candidates, then series, are given up from whoever holds the most.
 //!
 //! # Clocks
 //!
@@ -59,6 +60,7 @@
 //! clock); finishing, candidate expiry and staleness compare when occurrences were *seen* on the
 //! operator's clock, so an emitter minutes behind or ahead still gets its series.
 
+mod budget;
 mod candidates;
 mod config;
 mod counting;
@@ -217,6 +219,11 @@ impl Engine {
     /// are new, then where they land (an Ongoing series, a candidate, or nowhere when filtered or
     /// stale).
     pub fn observe(&mut self, now: DateTime<Utc>, obs: &Observation) {
+        self.observe_one(now, obs);
+        self.bound_key_bytes(now);
+    }
+
+    fn observe_one(&mut self, now: DateTime<Utc>, obs: &Observation) {
         if let Some(rv) = obs.resource_version {
             self.pending_watermark = self.pending_watermark.max(rv);
         }
@@ -505,7 +512,7 @@ pub(crate) mod tests {
     }
 
     /// The observation of [`observation`] in namespace `ns`.
-    fn observation_in<'a>(ns: &'a str, name: &'a str, count: u64) -> Observation<'a> {
+    pub fn observation_in<'a>(ns: &'a str, name: &'a str, count: u64) -> Observation<'a> {
         let mut o = observation(name, count, t0());
         o.raw = RawId::of(ns, name, "");
         o.namespace = ns;

@@ -216,6 +216,7 @@ impl Engine {
                     self.supersede(now, slot_idx, id, older);
                 }
                 self.insert_series(now, slot_idx, id, series);
+                self.bound_key_bytes(now);
             }
         }
     }
