@@ -205,6 +205,12 @@ pub struct RunArgs {
     /// A number of bytes, or with Ki, Mi or Gi.
     #[arg(long, default_value = "1Mi", value_parser = paging::parse_bytes)]
     pub list_page_bytes: usize,
+    /// About how many bytes of raw events a restart buffers to replay in time order (the first
+    /// list, 10^6 stored events, would take hundreds of MB): a full buffer pauses the list until the
+    /// operator's own series are restored, and is then replayed early.
+    /// A number of bytes, or with Ki, Mi or Gi.
+    #[arg(long, default_value = "64Mi", value_parser = paging::parse_bytes)]
+    pub restart_buffer_bytes: usize,
     /// Most bytes of keys the engine holds for series and candidates (a key at every field limit
     /// takes about 4.6 KB): beyond it candidates, then series, of whoever holds the most are given
     /// up (series written Finished, counted in event_series_series_evicted_total{reason="key_bytes"}).
@@ -280,6 +286,7 @@ impl RunArgs {
             key_bytes: self.max_key_bytes,
             list_page_size: self.list_page_size,
             list_page_bytes: self.list_page_bytes,
+            restart_buffer_bytes: self.restart_buffer_bytes,
             restore_timeout: self.restore_timeout,
         }
     }

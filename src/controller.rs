@@ -59,6 +59,8 @@ pub struct ControllerConfig {
     pub list_page_size: u32,
     /// About how many bytes (of JSON) a list page may hold ([`crate::paging`]).
     pub list_page_bytes: usize,
+    /// [`restart::Bounds::buffer_bytes`].
+    pub restart_buffer_bytes: usize,
     /// How long a restore may go without a page of its list before the operator gives up.
     pub restore_timeout: Duration,
 }
@@ -121,7 +123,12 @@ fn on_step(
             }
         }
         Step::Listed(ev) => match restart.as_mut() {
-            Some(restart) => restart.buffer(&ev, metrics),
+            Some(restart) => {
+                restart.buffer(&ev, metrics);
+                if restart.is_full() {
+                    restart.flush(engine, metrics, Utc::now());
+                }
+            }
             None => {
                 feed(engine, metrics, &ev, Arrival::Listed);
             }
@@ -135,7 +142,7 @@ fn on_step(
             match restart.take() {
                 Some(restart) => {
                     // The list is complete as of its snapshot, not of its last page.
-                    restart.finish(engine, rv, received.unwrap_or_else(Utc::now));
+                    restart.finish(engine, rv, received.unwrap_or_else(Utc::now), Utc::now());
                     health.set_recovered(true);
                 }
                 None => {
@@ -302,6 +309,7 @@ pub async fn run(
     let bounds = restart::Bounds {
         page_bytes: config.list_page_bytes,
         restore_timeout: config.restore_timeout,
+        buffer_bytes: config.restart_buffer_bytes,
     };
     let restore = Restart::run(&own, &mut engine, (&metrics, &health), &mut steps, bounds);
     let (restart, held) = tokio::select! {

@@ -11,7 +11,9 @@
 //!    the engine must know every stored series before it counts a raw event.
 //! 2. [`Restart::finish`], at the end of that list: replay the buffer in the order the occurrences
 //!    happened, so candidates and gaps form exactly as they did when the events were watched live,
-//!    then end the recovery. From then on the watch feeds the engine directly.
+//!    then end the recovery. From then on the watch feeds the engine directly. The buffer is
+//!    bounded in bytes (`--restart-buffer-bytes`): a full buffer pauses the list until the restore
+//!    is complete, and is then replayed early ([`Restart::flush`]).
 //!
 //! The engine's side of it (what a stored series says was already counted) is `engine::restore`.
 
@@ -40,6 +42,11 @@ pub const OWN_PAGE_SIZE: u32 = 2000;
 /// of raw events.
 pub struct Restart {
     buffer: Vec<OwnedObservation>,
+    /// About how many bytes `buffer` holds, and the most it may.
+    bytes: usize,
+    budget: usize,
+    /// Times the buffer was replayed before the end of the list.
+    flushes: u32,
     started: Instant,
 }
 
@@ -56,11 +63,8 @@ impl Restart {
         steps: &mut (impl Stream<Item = Step> + Unpin),
         bounds: Bounds,
     ) -> Result<(Restart, Option<Step>), RestoreError> {
-        let started = Instant::now();
-        let mut restart = Restart {
-            buffer: Vec::new(),
-            started,
-        };
+        let mut restart = Restart::new(bounds.buffer_bytes);
+        let started = restart.started;
         engine.begin_recovery();
         let restore = restore_own_series(own, engine, metrics, health, bounds);
         tokio::pin!(restore);
@@ -72,7 +76,9 @@ impl Restart {
                     restored?;
                     break;
                 }
-                step = steps.next(), if watch_open && held.is_none() => match step {
+                // A full buffer waits for the restore (raw events are fed only once every stored
+                // series is known): the list pauses.
+                step = steps.next(), if watch_open && held.is_none() && !restart.is_full() => match step {
                     Some(Step::Listed(ev)) => restart.buffer(&ev, metrics),
                     Some(Step::ListStarted { relist: false }) => {}
                     Some(Step::Failed { error, retry_in }) => {
@@ -94,36 +100,83 @@ impl Restart {
         Ok((restart, held))
     }
 
+    /// A restart whose buffer holds about `budget` bytes at most.
+    pub fn new(budget: usize) -> Restart {
+        Restart {
+            buffer: Vec::new(),
+            bytes: 0,
+            budget: budget.max(1),
+            flushes: 0,
+            started: Instant::now(),
+        }
+    }
+
     /// Keeps one raw event of the first list for the replay; an event that cannot be read is skipped
     /// with a log line and a metric.
     pub fn buffer(&mut self, ev: &CoreEvent, metrics: &Metrics) {
         if let Some(obs) = crate::feed::read(ev, metrics) {
-            self.buffer.push(OwnedObservation::new(&obs));
+            let obs = OwnedObservation::new(&obs);
+            self.bytes += std::mem::size_of::<OwnedObservation>() + obs.heap_bytes();
+            self.buffer.push(obs);
         }
+    }
+
+    /// The buffer holds its budget: [`Restart::flush`] it once the restore is complete.
+    pub fn is_full(&self) -> bool {
+        self.bytes >= self.budget
+    }
+
+    /// Replays what the buffer holds now, in time order, and empties it: what bounds a restart's
+    /// memory where the first list holds more than the budget (10^6 stored events take hundreds
+    /// of MB buffered). Only once every stored series is restored. Each part of the list is replayed
+    /// in time order, not the whole: an occurrence listed after a flush but older than one replayed
+    /// before it arrives as an occurrence written late does, which the engine places by its own
+    /// timestamp (it joins its series, or reopens it); the raw objects of one key mostly sit side
+    /// by side in the list (one namespace, often one object).
+    pub fn flush(&mut self, engine: &mut Engine, metrics: &Metrics, now: DateTime<Utc>) {
+        let replayed = self.replay(engine, now);
+        self.flushes += 1;
+        metrics.restart_buffer_flushes.inc();
+        tracing::info!(
+            replayed,
+            flushes = self.flushes,
+            budget = self.budget,
+            "restart buffer full: replayed the first list so far"
+        );
+    }
+
+    /// Replays and empties the buffer; how many raw events it held.
+    fn replay(&mut self, engine: &mut Engine, now: DateTime<Utc>) -> usize {
+        let mut buffer = std::mem::take(&mut self.buffer);
+        self.bytes = 0;
+        sort_for_replay(&mut buffer);
+        for obs in &buffer {
+            engine.observe(now, &obs.view());
+        }
+        let n = buffer.len();
+        drop(buffer);
+        crate::memory::release_free_pages();
+        n
     }
 
     /// The first list is complete at resourceVersion `rv`, as of `snapshot` (when its first page was
     /// asked for: later occurrences come through the watch): replays it in time order and ends the
     /// recovery. Returns how many raw events were replayed.
-    pub fn finish(self, engine: &mut Engine, rv: u64, snapshot: DateTime<Utc>) -> usize {
-        let Restart {
-            mut buffer,
-            started,
-        } = self;
-        let listed_ms = started.elapsed().as_millis() as u64;
+    pub fn finish(
+        mut self,
+        engine: &mut Engine,
+        rv: u64,
+        snapshot: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> usize {
+        let listed_ms = self.started.elapsed().as_millis() as u64;
         let replay = Instant::now();
-        sort_for_replay(&mut buffer);
-        let now = Utc::now();
-        for obs in &buffer {
-            engine.observe(now, &obs.view());
-        }
+        let raw_events = self.replay(engine, now);
         engine.checkpoint(rv);
         engine.end_recovery(now, snapshot);
-        let raw_events = buffer.len();
-        drop(buffer);
-        crate::memory::release_free_pages();
         tracing::info!(
             raw_events,
+            flushes = self.flushes,
             active = engine.active_series(),
             list_ms = listed_ms,
             replay_ms = replay.elapsed().as_millis() as u64,
@@ -299,6 +352,8 @@ pub struct Bounds {
     pub page_bytes: usize,
     /// How long the restore may go without a page of its list before it gives up.
     pub restore_timeout: Duration,
+    /// About how many bytes the buffer of the first list may hold ([`Restart::flush`]).
+    pub buffer_bytes: usize,
 }
 
 /// Puts listed raw events in the order their occurrences happened. A list arrives in name order; fed

@@ -29,3 +29,33 @@ proptest! {
         prop_assert_eq!(steady.store.objects.len(), crashing.store.objects.len());
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// The same with a restart buffer too small for the list (`--restart-buffer-bytes`): the raw
+    /// events are replayed in parts, each in time order, as the operator does when 10^6 stored
+    /// events do not fit its buffer. (Occurrences written on time, as above.)
+    #[test]
+    fn a_restart_buffer_replayed_in_parts_reaches_the_same_counts(
+        ops in prop::collection::vec(op_strategy(), 1..150),
+        crash_points in prop::collection::btree_set(0usize..150, 1..4),
+        budget in 300usize..4_000,
+    ) {
+        let mut steady = Sim::new(fast_settings());
+        let mut crashing = Sim::new(fast_settings());
+        crashing.restart_buffer = budget;
+        for (i, op) in ops.iter().enumerate() {
+            apply(&mut steady, op);
+            apply(&mut crashing, op);
+            if crash_points.contains(&i) {
+                crashing.restart();
+            }
+        }
+        for sim in [&mut steady, &mut crashing] {
+            sim.advance(TimeDelta::seconds(120), TimeDelta::seconds(1));
+        }
+        prop_assert_eq!(steady.store.counts_by_key(), crashing.store.counts_by_key());
+        prop_assert_eq!(steady.store.objects.len(), crashing.store.objects.len());
+    }
+}

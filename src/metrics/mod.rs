@@ -28,6 +28,7 @@ pub struct Metrics {
     pub watch_stalls: Counter,
     pub watch_probes: Family<ProbeLabels, Counter>,
     pub restore_tokens_expired: Counter,
+    pub restart_buffer_flushes: Counter,
     /// 1 while this replica holds the Lease (or runs without leader election), else 0.
     pub leader: Gauge,
     /// 1 while `/readyz` would answer 200: see [`Metrics::watch_readiness`].
@@ -89,6 +90,7 @@ impl Metrics {
         );
         Self::register_series(r, metrics);
         Self::register_api(r, metrics);
+        Self::register_restart(r, metrics);
         Self::register_replica(r, metrics);
         for reason in DROP_REASONS {
             metrics.dropped(reason, 0);
@@ -192,12 +194,6 @@ impl Metrics {
         );
         r.register("bookmarks", "Watch bookmarks received", m.bookmarks.clone());
         r.register(
-            "restore_tokens_expired",
-            "Continue tokens of the restore's list of own series objects that expired (410: etcd \
-             compacted the list's snapshot); the list went on from the token the API server offered",
-            m.restore_tokens_expired.clone(),
-        );
-        r.register(
             "ingest_lag_seconds",
             "Time from an occurrence's own timestamp (series.lastObservedTime, eventTime or \
              lastTimestamp) to the engine observing it from the watch",
@@ -222,6 +218,22 @@ impl Metrics {
             "Series writes not queued because their namespace held its share of the pending writes \
              (--max-pending-writes-per-namespace), by kind; the series' next write carries its state",
             m.writes_shed.clone(),
+        );
+    }
+
+    /// What a restart did: the restore of the own series objects and the first list.
+    fn register_restart(r: &mut Registry, m: &Metrics) {
+        r.register(
+            "restore_tokens_expired",
+            "Continue tokens of the restore's list of own series objects that expired (410: etcd \
+             compacted the list's snapshot); the list went on from the token the API server offered",
+            m.restore_tokens_expired.clone(),
+        );
+        r.register(
+            "restart_buffer_flushes",
+            "Times a restart replayed the first list of raw events before its end, because the \
+             buffer reached --restart-buffer-bytes",
+            m.restart_buffer_flushes.clone(),
         );
         r.register(
             "recovery_rejected",

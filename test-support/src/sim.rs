@@ -150,6 +150,9 @@ pub struct Sim {
     config: EngineConfig,
     /// How far the emitters' clocks are off: added to every timestamp they write.
     pub skew: TimeDelta,
+    /// The restart buffer's budget in bytes (`--restart-buffer-bytes`): a restart replays the
+    /// raw events early whenever it is reached.
+    pub restart_buffer: usize,
 }
 
 impl Sim {
@@ -169,6 +172,7 @@ impl Sim {
             policies,
             config,
             skew: TimeDelta::zero(),
+            restart_buffer: usize::MAX,
         }
     }
 
@@ -278,17 +282,17 @@ impl Sim {
             let p = object::decode(obj, check).expect("own objects pass the checks");
             engine.restore(self.now, p);
         }
-        let mut listed: Vec<_> = self
-            .raws
-            .values()
-            .map(|ev| key::OwnedObservation::new(&key::normalise(ev).unwrap()))
-            .collect();
-        restart::sort_for_replay(&mut listed);
-        for obs in &listed {
-            engine.observe(self.now, &obs.view());
+        // The raw events as a list serves them (in name order), through the operator's own
+        // restart buffer.
+        let metrics = event_series::metrics::Metrics::default();
+        let mut restart = restart::Restart::new(self.restart_buffer);
+        for ev in self.raws.values() {
+            restart.buffer(ev, &metrics);
+            if restart.is_full() {
+                restart.flush(&mut engine, &metrics, self.now);
+            }
         }
-        engine.checkpoint(self.rv);
-        engine.end_recovery(self.now, self.now);
+        restart.finish(&mut engine, self.rv, self.now, self.now);
         self.engine = engine;
         self.flush();
     }

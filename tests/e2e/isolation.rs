@@ -348,6 +348,100 @@ async fn a_flood_past_its_pending_share_does_not_hold_up_a_quiet_namespaces_crea
     Ok(())
 }
 
+/// Raw event `name` with every field of its key at (or past) its API limit, about Pod `pod`, counting
+/// `count` occurrences now: a key of about 4.6 KB once cut, the most one Event can cost.
+fn at_every_limit(ns: &str, name: &str, pod: &str, count: i32) -> CoreEvent {
+    let long = |c: char, n: usize| std::iter::repeat_n(c, n).collect::<String>();
+    let mut regarding = app_container(ns, &format!("{pod}-{}", long('p', 240)), long('u', 200));
+    regarding.api_version = Some(format!("{}/v1", long('g', 400)));
+    regarding.kind = Some(long('K', 80));
+    regarding.field_path = Some(long('f', 600));
+    let mut ev = kubelet(
+        ns,
+        name,
+        regarding.clone(),
+        &long('R', 200),
+        long('m', 4096),
+        Occurrences::at(count, Timestamp::now()),
+    );
+    ev.related = Some(regarding);
+    ev.action = Some(long('A', 200));
+    ev.reporting_component = Some(long('c', 600));
+    ev.reporting_instance = Some(long('i', 200));
+    ev
+}
+
+/// A tenant whose Events fill every field to its limit beside a quiet namespace's loop, with the
+/// key store's byte budget scaled down to 1 MiB (the default, 64 MiB, scaled like the load): the
+/// flood's candidates and series are given up (counted), the quiet loop keeps one series with
+/// every occurrence.
+#[tokio::test]
+async fn keys_at_every_limit_stay_within_the_byte_budget_beside_a_quiet_loop() -> Result<()> {
+    use futures::{StreamExt, TryStreamExt};
+    const FLOOD: usize = 1_200;
+    let cluster = Dedicated::start("key-bytes", &[])?;
+    let kc = cluster.kubeconfig.as_path();
+    let admin = client_for(kc).await?;
+    let quiet = TestNamespace::new(&admin, "bytes_quiet").await?;
+    let flood = TestNamespace::new(&admin, "bytes_flood").await?;
+    let flooder = tenant_client(&admin, kc, &flood.name, &quiet.name).await?;
+    let args = [
+        "--max-key-bytes",
+        "1Mi",
+        "--finish-after",
+        "40s",
+        "--series-window",
+        "40s",
+    ];
+    let op = OPERATOR.launch(kc, "key-bytes", &args)?;
+    let quiet_api: Api<CoreEvent> = Api::namespaced(admin.clone(), &quiet.name);
+    let flood_api: Api<CoreEvent> = Api::namespaced(flooder, &flood.name);
+    let mut fed = 0;
+    for round in 0..4 {
+        fed += 1;
+        loops(&quiet_api, &quiet.name, 1, fed).await?;
+        // Every other raw event counts two occurrences: a series; the rest are candidates.
+        futures::stream::iter(round * FLOOD / 4..(round + 1) * FLOOD / 4)
+            .map(|i| {
+                let (api, ns) = (flood_api.clone(), flood.name.clone());
+                async move {
+                    let raw = at_every_limit(
+                        &ns,
+                        &format!("f{i}.raw"),
+                        &format!("f{i}"),
+                        1 + (i % 2) as i32,
+                    );
+                    api.create(&PostParams::default(), &raw).await
+                }
+            })
+            .buffer_unordered(8)
+            .try_collect::<Vec<_>>()
+            .await?;
+    }
+    fed += 1;
+    loops(&quiet_api, &quiet.name, 1, fed).await?;
+    let total = fed as u64;
+    wait_for_within(
+        &admin,
+        &quiet.name,
+        Duration::from_secs(120),
+        "the quiet loop's one Finished series with every occurrence",
+        |objs| objs.len() == 1 && state(&objs[0]) == "Finished" && count(&objs[0]) == total,
+    )
+    .await?;
+    let evicted = op.metric("event_series_series_evicted_total{reason=\"key_bytes\"}");
+    let lone = op.metric("event_series_dropped_total{reason=\"lone\"}");
+    ensure!(
+        evicted > 0.0 && lone > 0.0,
+        "nothing given up for the byte budget: {evicted} series evicted, {lone} lone"
+    );
+    drop(op);
+    quiet.cleanup().await?;
+    flood.cleanup().await?;
+    drop(cluster);
+    Ok(())
+}
+
 /// A namespace member who creates an Event at a series' name before the operator does (the name is
 /// derived from the key and the start, so it can be predicted): the operator never writes into
 /// it; the series takes its next deterministic name, keeps it across a restart, and ends there with

@@ -56,6 +56,11 @@ impl OwnedObservation {
         }
     }
 
+    /// Bytes it holds beside its own size: the key and note, with their allocation's counts.
+    pub fn heap_bytes(&self) -> usize {
+        self.key.packed().bytes().len() + 2 * std::mem::size_of::<usize>()
+    }
+
     /// The observation again; its cuts were counted when it was first read.
     pub fn view(&self) -> Observation<'_> {
         let key = self.key.view();
