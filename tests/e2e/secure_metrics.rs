@@ -2,7 +2,7 @@
 //! (TokenReview) of a user who may `get` `/metrics` (SubjectAccessReview); decisions cached.
 
 use crate::OPERATOR;
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use event_series_test_support::cluster::{TestNamespace, client, kubeconfig, kubectl_on};
 use event_series_test_support::repo_root;
 use k8s_openapi::api::core::v1::ServiceAccount;
@@ -195,6 +195,75 @@ async fn metrics_need_a_token_with_the_metrics_reader_role() -> Result<()> {
     assert_eq!(verified.0, 200);
     drop(op);
     let _ = std::fs::remove_dir_all(&dir);
+
+    // 100 invented tokens a second from one client (another loopback address) while the scraper's
+    // token scrapes every 5 s, the first time after the flood began: the flood spends its own
+    // share of the token reviews, and every real scrape answers 200.
+    let op = OPERATOR.launch_secure(
+        kubeconfig(),
+        &format!("{}-flood", ns.name),
+        &["--namespace", &ns.name],
+    )?;
+    let url = format!("{}/metrics", op.metrics);
+    let flooding = {
+        let url = url.clone();
+        std::thread::spawn(move || invented_tokens(&url, "127.0.0.2", 20))
+    };
+    let mut scrapes = Vec::new();
+    for _ in 0..4 {
+        std::thread::sleep(std::time::Duration::from_secs(5));
+        scrapes.push(curl(&url, Some(&scraper), None)?.0);
+    }
+    let flood_codes = flooding
+        .join()
+        .map_err(|_| anyhow::anyhow!("the flood thread panicked"))??;
+    let answered = |code: u16| flood_codes.iter().filter(|c| **c == code).count();
+    println!(
+        "invented tokens: {} requests, {} answered 401, {} answered 503; real scrapes: {scrapes:?}",
+        flood_codes.len(),
+        answered(401),
+        answered(503)
+    );
+    ensure!(
+        scrapes.iter().all(|c| *c == 200),
+        "a real scrape beside the flood: {scrapes:?}"
+    );
+    ensure!(
+        answered(503) > 0 && answered(200) == 0,
+        "the flood was not held to its share"
+    );
+    drop(op);
     bindings.delete(&binding, &DeleteParams::default()).await?;
     ns.cleanup().await
+}
+
+/// 100 requests a second to `url` for `seconds`, evenly spaced (curl's `--rate`), each with a new
+/// invented bearer token, from the local address `from`; the HTTP codes answered.
+fn invented_tokens(url: &str, from: &str, seconds: u32) -> Result<Vec<u16>> {
+    let mut config = String::new();
+    for i in 0..100 * seconds {
+        // `next` starts a new set of options: each request carries all of its own.
+        config.push_str(&format!(
+            "url = \"{url}\"\noutput = \"/dev/null\"\ninsecure\ninterface = \"{from}\"\n\
+             max-time = 10\nwrite-out = \"%{{http_code}}\\n\"\nheader = \"Authorization: \
+             Bearer invented-{i}\"\nnext\n"
+        ));
+    }
+    let mut child = Command::new("curl")
+        .args(["-s", "--rate", "100/s", "-K", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .context("running curl")?;
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .context("curl's stdin")?
+        .write_all(config.as_bytes())?;
+    let out = child.wait_with_output()?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().parse::<u16>().ok())
+        .collect())
 }
