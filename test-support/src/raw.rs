@@ -109,3 +109,26 @@ pub fn occurrence_patch(count: impl Into<serde_json::Value>) -> Patch<serde_json
 pub fn numbered_pod(ns: &str, name: &str, i: u64) -> ObjectReference {
     app_container(ns, name, format!("00000000-0000-4000-8000-{i:012}"))
 }
+
+/// Raw event `name` with every field of its key at (or past) its API limit, about Pod `pod`, counting
+/// `count` occurrences now: a key of about 4.6 KB once cut, the most one Event can cost.
+pub fn at_every_limit(ns: &str, name: &str, pod: &str, count: i32) -> Event {
+    let long = |c: char, n: usize| std::iter::repeat_n(c, n).collect::<String>();
+    let mut regarding = app_container(ns, &format!("{pod}-{}", long('p', 240)), long('u', 200));
+    regarding.api_version = Some(format!("{}/v1", long('g', 400)));
+    regarding.kind = Some(long('K', 80));
+    regarding.field_path = Some(long('f', 600));
+    let mut ev = kubelet(
+        ns,
+        name,
+        regarding.clone(),
+        &long('R', 200),
+        long('m', 4096),
+        Occurrences::at(count, Timestamp::now()),
+    );
+    ev.related = Some(regarding);
+    ev.action = Some(long('A', 200));
+    ev.reporting_component = Some(long('c', 600));
+    ev.reporting_instance = Some(long('i', 200));
+    ev
+}

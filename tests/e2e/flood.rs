@@ -133,3 +133,102 @@ async fn one_mb_messages_cost_no_more_memory_than_short_ones() -> Result<()> {
     drop(cluster);
     Ok(())
 }
+
+/// #25: 60,000 raw events with every field at its limit (a key of about 4.6 KB each once cut, 276
+/// MB of keys in all; one occurrence each, so none makes a write) beside a quiet namespace's loop,
+/// with the default budgets (`--max-key-bytes`, `--restart-buffer-bytes`): the operator's peak RSS
+/// while watching and after a restart that lists them all stays under the Deployment's 256 MiB
+/// limit, and the quiet loop keeps its one series with every occurrence. `EVENT_SERIES_LIMITS_ARGS`
+/// adds flags (`--max-key-bytes 1Gi --restart-buffer-bytes 1Gi` shows the run without budgets).
+#[tokio::test]
+async fn sixty_thousand_events_at_every_limit_stay_under_the_memory_limit() -> Result<()> {
+    use event_series_test_support::raw::{at_every_limit, occurrence_patch};
+    use futures::{StreamExt, TryStreamExt};
+    const EVENTS: usize = 60_000;
+    const LIMIT_KIB: u64 = 256 * 1024;
+    let cluster = Dedicated::start("limits", &[])?;
+    let kc = cluster.kubeconfig.as_path();
+    let admin = client_for(kc).await?;
+    let quiet = TestNamespace::new(&admin, "limits_quiet").await?;
+    let flood = TestNamespace::new(&admin, "limits_flood").await?;
+    let tenant = tenant_client(&admin, kc, &flood.name, &quiet.name).await?;
+    let extra = std::env::var("EVENT_SERIES_LIMITS_ARGS").unwrap_or_default();
+    let mut args = vec!["--finish-after", "10m", "--series-window", "10m"];
+    args.extend(["--heartbeat-interval", "15s"]);
+    args.extend(extra.split_whitespace());
+    let op = OPERATOR.launch(kc, "limits", &args)?;
+    let quiet_api: Api<CoreEvent> = Api::namespaced(admin.clone(), &quiet.name);
+    let loop_event = |n: i32| {
+        let regarding = app_container(&quiet.name, "web", "uid-web".into());
+        let seen = Occurrences::at(n, Timestamp::now());
+        kubelet(
+            &quiet.name,
+            "web.raw",
+            regarding,
+            "BackOff",
+            "Back-off".into(),
+            seen,
+        )
+    };
+    quiet_api
+        .create(&PostParams::default(), &loop_event(1))
+        .await?;
+    let occur = |n: i32| {
+        let api = quiet_api.clone();
+        async move {
+            api.patch("web.raw", &Default::default(), &occurrence_patch(n))
+                .await
+        }
+    };
+    occur(2).await?;
+    let flood_api: Api<CoreEvent> = Api::namespaced(tenant, &flood.name);
+    futures::stream::iter(0..EVENTS)
+        .map(|i| {
+            let (api, ns) = (flood_api.clone(), flood.name.clone());
+            async move {
+                let raw = at_every_limit(&ns, &format!("f{i}.raw"), &format!("f{i}"), 1);
+                api.create(&PostParams::default(), &raw).await
+            }
+        })
+        .buffer_unordered(16)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    while op.metric("event_series_occurrences_total") < (EVENTS + 2) as f64 {
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "the operator did not see every event"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let watching = peak_kib(&op)?;
+    let lone = op.metric("event_series_dropped_total{reason=\"lone\"}");
+    occur(3).await?;
+    op.kill9()?;
+    let op = OPERATOR.launch(kc, "limits-restarted", &args)?;
+    let restarted = peak_kib(&op)?;
+    let flushes = op.metric("event_series_restart_buffer_flushes_total");
+    occur(4).await?;
+    println!(
+        "{EVENTS} events at every limit: peak {watching} KiB watching ({lone} occurrences given up \
+         as lone), {restarted} KiB after a restart ({flushes} early replays of its buffer); \
+         the limit {LIMIT_KIB} KiB"
+    );
+    wait_for_within(
+        &admin,
+        &quiet.name,
+        Duration::from_secs(120),
+        "the quiet loop's series at 4",
+        |objs| objs.len() == 1 && state(&objs[0]) == "Ongoing" && count(&objs[0]) == 4,
+    )
+    .await?;
+    ensure!(
+        watching < LIMIT_KIB && restarted < LIMIT_KIB,
+        "peak RSS {watching} KiB watching, {restarted} KiB after a restart: over the limit"
+    );
+    drop(op);
+    quiet.cleanup().await?;
+    flood.cleanup().await?;
+    drop(cluster);
+    Ok(())
+}

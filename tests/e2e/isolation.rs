@@ -10,7 +10,9 @@ use event_series_test_support::cluster::{
     Dedicated, TestNamespace, apply_on, client, client_for, kubeconfig, kubectl, series,
     tenant_client,
 };
-use event_series_test_support::raw::{Occurrences, app_container, kubelet, kubelet_backoff};
+use event_series_test_support::raw::{
+    Occurrences, app_container, at_every_limit, kubelet, kubelet_backoff,
+};
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -346,29 +348,6 @@ async fn a_flood_past_its_pending_share_does_not_hold_up_a_quiet_namespaces_crea
     flood.cleanup().await?;
     drop(cluster);
     Ok(())
-}
-
-/// Raw event `name` with every field of its key at (or past) its API limit, about Pod `pod`, counting
-/// `count` occurrences now: a key of about 4.6 KB once cut, the most one Event can cost.
-fn at_every_limit(ns: &str, name: &str, pod: &str, count: i32) -> CoreEvent {
-    let long = |c: char, n: usize| std::iter::repeat_n(c, n).collect::<String>();
-    let mut regarding = app_container(ns, &format!("{pod}-{}", long('p', 240)), long('u', 200));
-    regarding.api_version = Some(format!("{}/v1", long('g', 400)));
-    regarding.kind = Some(long('K', 80));
-    regarding.field_path = Some(long('f', 600));
-    let mut ev = kubelet(
-        ns,
-        name,
-        regarding.clone(),
-        &long('R', 200),
-        long('m', 4096),
-        Occurrences::at(count, Timestamp::now()),
-    );
-    ev.related = Some(regarding);
-    ev.action = Some(long('A', 200));
-    ev.reporting_component = Some(long('c', 600));
-    ev.reporting_instance = Some(long('i', 200));
-    ev
 }
 
 /// A tenant whose Events fill every field to its limit beside a quiet namespace's loop, with the
