@@ -304,3 +304,103 @@ async fn series_are_read_as_series_with_filters_formats_and_watch() -> Result<()
     }
     ns.cleanup().await
 }
+
+/// #25: a tenant's Event whose reason, regarding name and note hold ESC, OSC 52, C1 and DEL
+/// sequences: the series object is written with them, and `event-series get` (table, `-o wide`,
+/// `--watch`) prints no raw control byte, while `-o json` keeps the exact values. (Before: the table
+/// wrote the tenant's bytes to the admin's terminal as they were.)
+#[tokio::test]
+async fn a_tenants_escape_sequences_are_printed_visibly_and_kept_in_json() -> Result<()> {
+    use event_series_test_support::cluster::tenant_client;
+    use event_series_test_support::raw::{Occurrences, app_container, kubelet};
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    use kube::api::{Api, PostParams};
+    let client = client().await?;
+    let ns = TestNamespace::new(&client, "escapes").await?;
+    let other = TestNamespace::new(&client, "escapes_other").await?;
+    let tenant = tenant_client(&client, kubeconfig(), &ns.name, &other.name).await?;
+    let reason = "Back\u{1b}[2JOff\u{9b}31m\u{7f}";
+    let pod = "web\u{1b}]0;owned\u{7}";
+    let note = "\u{1b}]52;c;aGVsbG8=\u{7}clipboard\u{202e}gnp.exe";
+    let op = start(&ns.name, &["--heartbeat-interval", "2s"])?;
+    let raw = kubelet(
+        &ns.name,
+        "escapes.raw",
+        app_container(&ns.name, pod, "uid-escapes".into()),
+        reason,
+        note.into(),
+        Occurrences::at(2, k8s_openapi::jiff::Timestamp::now()),
+    );
+    Api::<CoreEvent>::namespaced(tenant, &ns.name)
+        .create(&PostParams::default(), &raw)
+        .await?;
+    wait_for(&client, &ns.name, "the series object", |objs| {
+        objs.len() == 1
+    })
+    .await?;
+    let kc = kubeconfig();
+    let raw_control = |text: &str| -> Vec<char> {
+        text.chars()
+            .filter(|c| (c.is_control() && *c != '\n') || ('\u{202a}'..='\u{202e}').contains(c))
+            .collect()
+    };
+    let (code, table, err) = get(kc, &["-n", &ns.name])?;
+    assert_eq!(code, 0, "{err}");
+    let (_, wide, _) = get(kc, &["-n", &ns.name, "-o", "wide"])?;
+    println!("table:\n{table}-o wide:\n{wide}");
+    assert!(
+        table.contains("^[[2J"),
+        "the escape is shown visibly: {table}"
+    );
+    let mut child = Command::new(BIN)
+        .args(["get", "--kubeconfig"])
+        .arg(kc)
+        .args(["-n", &ns.name, "--watch", "-o", "wide"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let stdout = child.stdout.take().context("stdout")?;
+    let watcher = std::thread::spawn(move || {
+        let mut out = String::new();
+        let mut reader = BufReader::new(stdout);
+        for _ in 0..3 {
+            if reader.read_line(&mut out).unwrap_or(0) == 0 {
+                break;
+            }
+        }
+        out
+    });
+    // The heartbeats write the object every 2 s: the watch prints a row each time.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let watched = loop {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+        }
+        if watcher.is_finished() {
+            break watcher
+                .join()
+                .map_err(|_| anyhow::anyhow!("the watch reader panicked"))?;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    println!("--watch -o wide:\n{watched}");
+    for (what, text) in [("table", &table), ("-o wide", &wide), ("--watch", &watched)] {
+        let raw = raw_control(text);
+        assert!(
+            raw.is_empty(),
+            "{what} printed raw control characters: {raw:?}"
+        );
+    }
+    assert!(watched.lines().count() >= 3, "{watched}");
+    let (_, json, _) = get(kc, &["-n", &ns.name, "-o", "json"])?;
+    let list: serde_json::Value = serde_json::from_str(&json)?;
+    let item = &list["items"][0];
+    assert_eq!(item["reason"], reason);
+    assert_eq!(item["regarding"]["name"], pod);
+    assert_eq!(item["note"], note);
+    drop(op);
+    other.cleanup().await?;
+    ns.cleanup().await
+}
