@@ -136,6 +136,10 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "EVENT_SERIES_LOG_FORMAT")]
     pub log_format: LogFormat,
+    /// Log level (error, warn, info, debug, trace) or a tracing filter such as
+    /// `info,event_series::writer=debug`. Default: RUST_LOG, else info.
+    #[arg(long, value_parser = log_level)]
+    pub log_level: Option<String>,
     /// Default heartbeatInterval where no EventSeriesPolicy applies.
     #[arg(long, default_value = "30m", value_parser = duration::parse_value)]
     pub heartbeat_interval: TimeDelta,
@@ -344,4 +348,11 @@ impl GetArgs {
             impersonate_groups: self.impersonate_groups,
         }
     }
+}
+
+/// A log level or filter directive the tracing subscriber accepts.
+fn log_level(s: &str) -> Result<String, String> {
+    tracing_subscriber::EnvFilter::try_new(s)
+        .map(|_| s.to_owned())
+        .map_err(|e| format!("{s:?} is not a log level or filter: {e}"))
 }

@@ -75,8 +75,12 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+/// `--log-level` first, else `RUST_LOG`, else `info`.
+fn init_logging(format: LogFormat, level: Option<&str>) {
+    let filter = level
+        .and_then(|l| EnvFilter::try_new(l).ok())
+        .or_else(|| EnvFilter::try_from_default_env().ok())
+        .unwrap_or_else(|| EnvFilter::new("info"));
     // Colours only on a terminal: a log file or a container log gets plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
     let builder = tracing_subscriber::fmt()
@@ -113,7 +117,7 @@ async fn shutdown_signal() {
 
 /// `event-series run`: the wiring of the parts.
 async fn run(args: RunArgs) -> anyhow::Result<()> {
-    init_logging(args.log_format);
+    init_logging(args.log_format, args.log_level.as_deref());
     let identity = args.instance.clone().unwrap_or_else(default_identity);
     let kube_config = kube::Config::infer()
         .await

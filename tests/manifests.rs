@@ -331,6 +331,76 @@ fn the_chart_refuses_two_writers() {
     assert!(one.keys().any(|k| k.0 == "Deployment"));
 }
 
+/// `values.schema.json`: a wrong type, a value out of its set or an unknown key (a typo) fails the
+/// render with a message naming it; the placement values render where a user expects them.
+#[test]
+fn the_values_schema_refuses_wrong_values_by_name_and_placement_values_render() {
+    let Some(helm) = tool("target/tools/bin/helm") else {
+        return;
+    };
+    let refused = |set: &str| -> String {
+        let out = Command::new(&helm)
+            .args(["template", "event-series", CHART, "--set", set])
+            .current_dir(repo_root())
+            .output()
+            .expect("helm runs");
+        assert!(!out.status.success(), "{set} rendered");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    for (set, names) in [
+        ("replicas=two", "replicas"),
+        ("logFormat=xml", "logFormat"),
+        ("metrics.port=70000", "metrics/port"),
+        (
+            "leaderElection.leaseDuration=15",
+            "leaderElection/leaseDuration",
+        ),
+        ("replica=3", "replica"),
+        ("metrics.secured=false", "secured"),
+    ] {
+        let err = refused(set);
+        assert!(
+            err.contains("values don't meet the specifications of the schema"),
+            "{set}: {err}"
+        );
+        assert!(
+            err.contains(names),
+            "{set}: the message does not name {names}: {err}"
+        );
+    }
+    let placed = helm_template(
+        &helm,
+        &[
+            "priorityClassName=system-cluster-critical,podLabels.team=platform,logLevel=debug",
+            "topologySpreadConstraints[0].maxSkew=2,topologySpreadConstraints[0].topologyKey=zone",
+            "topologySpreadConstraints[0].whenUnsatisfiable=DoNotSchedule",
+        ],
+    );
+    let deployment = placed
+        .iter()
+        .find(|(k, _)| k.0 == "Deployment")
+        .map(|(_, v)| v)
+        .expect("a Deployment");
+    let pod = &deployment["spec"]["template"];
+    assert_eq!(pod["spec"]["priorityClassName"], "system-cluster-critical");
+    assert_eq!(pod["metadata"]["labels"]["team"], "platform");
+    assert_eq!(
+        pod["spec"]["topologySpreadConstraints"][0]["topologyKey"],
+        "zone"
+    );
+    assert_eq!(
+        pod["spec"]["topologySpreadConstraints"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+    let args = pod["spec"]["containers"][0]["args"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(args.contains(&Value::from("--log-level=debug")), "{args:?}");
+}
+
 /// The CRD in the chart is the generated one.
 #[test]
 fn the_chart_crd_is_the_generated_crd() {
