@@ -48,7 +48,7 @@ lint:
 unit:
     #!/usr/bin/env bash
     set -euo pipefail
-    unit=(engine late_writes properties restart tenants mapping crashloop cli reading docs)
+    unit=(engine late_writes properties restart tenants mapping crashloop cli reading docs formats)
     cluster=(e2e faults node manifests)
     # A new suite must be put in one list or the other.
     for f in tests/*.rs tests/*/main.rs; do

@@ -6,7 +6,8 @@
 //! - its `eventseries.dev/key` label is the id of its own namespace and fields (with or without the
 //!   note, as `includeNote` may have changed): a copy of another namespace's object, or an edited
 //!   one, fails here;
-//! - its name is the one derived from that key and its start.
+//! - its name is the one derived from that key and its start;
+//! - its format (`eventseries.dev/format`) is one this build reads.
 //!
 //! Times in the future beyond the clock tolerance are clamped to now, so that a far-future
 //! `lastObservedTime` cannot keep a series Ongoing forever.
@@ -48,6 +49,12 @@ pub enum DecodeError {
          so it cannot be clamped without moving the series to another object"
     )]
     FutureStart { first: DateTime<Utc> },
+    #[error(
+        "written in format {found:?} (annotation eventseries.dev/format), newer than format \
+         {newest}, the newest this build reads: a newer release wrote it (a downgrade); it is left \
+         untouched, and the series' raw events go to an object of their own"
+    )]
+    UnknownFormat { found: String, newest: u32 },
 }
 
 impl DecodeError {
@@ -60,17 +67,19 @@ impl DecodeError {
             DecodeError::NameMismatch { .. } => "name_mismatch",
             DecodeError::FutureWatermark { .. } => "future_watermark",
             DecodeError::FutureStart { .. } => "future_start",
+            DecodeError::UnknownFormat { .. } => "unknown_format",
         }
     }
 
     /// Every reason, so that the metric exports each at 0 from the start.
-    pub const REASONS: [&'static str; 6] = [
+    pub const REASONS: [&'static str; 7] = [
         "missing_field",
         "unparsable",
         "key_mismatch",
         "name_mismatch",
         "future_watermark",
         "future_start",
+        "unknown_format",
     ];
 }
 
@@ -181,6 +190,17 @@ fn key<'a>(
 /// Reads and checks one of the operator's own series objects.
 pub fn decode(ev: &Event, check: Check) -> Result<StoredSeries, DecodeError> {
     let meta = &ev.metadata;
+    if super::format_of(meta).is_none_or(|f| f > super::FORMAT) {
+        let found = meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(super::FORMAT_ANNOTATION))
+            .map_or("", String::as_str);
+        return Err(DecodeError::UnknownFormat {
+            found: crate::key::fields::cut(found, 20).to_owned(),
+            newest: super::FORMAT,
+        });
+    }
     let (id, state) = labels(meta)?;
     let name = meta
         .name

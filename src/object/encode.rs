@@ -1,8 +1,8 @@
 //! A [`Snapshot`] as the events.k8s.io/v1 Event the writer sends: valid by construction.
 
 use super::{
-    KEY_LABEL, MANAGED_BY, MANAGED_BY_LABEL, SOURCES_ANNOTATION, STATE_LABEL, WATERMARK_ANNOTATION,
-    WRITTEN_AT_ANNOTATION, encode_sources, name_of,
+    FORMAT, FORMAT_ANNOTATION, KEY_LABEL, MANAGED_BY, MANAGED_BY_LABEL, SOURCES_ANNOTATION,
+    STATE_LABEL, WATERMARK_ANNOTATION, WRITTEN_AT_ANNOTATION, encode_sources, name_of,
 };
 use crate::intent::Snapshot;
 use crate::key::ObjectRef;
@@ -43,6 +43,7 @@ pub fn to_event(s: &Snapshot) -> Event {
         (KEY_LABEL.to_owned(), s.id.to_string()),
     ]);
     let annotations = BTreeMap::from([
+        (FORMAT_ANNOTATION.to_owned(), FORMAT.to_string()),
         (WATERMARK_ANNOTATION.to_owned(), s.watermark.to_string()),
         (SOURCES_ANNOTATION.to_owned(), encode_sources(&s.sources)),
         (

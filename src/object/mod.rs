@@ -37,6 +37,25 @@ pub const WATERMARK_ANNOTATION: &str = "eventseries.dev/watermark";
 pub const SOURCES_ANNOTATION: &str = "eventseries.dev/sources";
 /// When the object was last written; changes on every heartbeat, so the write refreshes the TTL.
 pub const WRITTEN_AT_ANNOTATION: &str = "eventseries.dev/written-at";
+/// The layout of the object's labels, annotations and fields ([`FORMAT`]), so that a build can tell
+/// an object it can read from one a newer release wrote.
+pub const FORMAT_ANNOTATION: &str = "eventseries.dev/format";
+/// The format this build writes, and the newest it reads. Every format ever released is read
+/// (`tests/fixtures/series-object-v*.json`): 1 is the first (v0.1.0), and an object without the
+/// annotation (written by builds before it existed) has the same layout.
+pub const FORMAT: u32 = 1;
+
+/// The format `ev` says it has: 1 without the annotation, `None` when it cannot be read.
+pub fn format_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<u32> {
+    match meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(FORMAT_ANNOTATION))
+    {
+        None => Some(1),
+        Some(v) => v.parse().ok(),
+    }
+}
 
 /// The label selector the raw-event watch uses to leave out the operator's own objects.
 pub fn not_managed_selector() -> String {
@@ -123,6 +142,8 @@ pub fn is_own_object(ev: &k8s_openapi::api::events::v1::Event, s: &Snapshot) -> 
     };
     labels.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY)
         && labels.get(KEY_LABEL) == Some(&s.id.to_string())
+        // An object a newer release wrote (a downgrade) is never overwritten in an older format.
+        && format_of(&ev.metadata).is_some_and(|f| f <= FORMAT)
 }
 
 /// The `eventseries.dev/sources` annotation.
