@@ -168,6 +168,10 @@ bench-build:
     bash hack/build-envtest.sh
     cargo build --release --bin event-series --example kube_recorder --example bench-loader
 
+# The release files in dist/ (hack/release.sh): install.yaml (the whole install, image by digest), the chart archive, the image's OCI archive, a CycloneDX SBOM, the kubectl plugin archive and its krew manifest, shell completions, SHA256SUMS.
+release:
+    bash hack/release.sh
+
 # Fault tests (not in `just test`): kill -9 x20 mid-storm, apiserver+etcd restarts, a 10-minute 429 storm of 1,000 keys, then `just fuzz`. FAULTS_SEED replays a run; figures in docs/FAULTS.md.
 faults:
     #!/usr/bin/env bash

@@ -3,6 +3,7 @@
 #   helm      (helm.sh/helm/v3)                     helm lint, helm template of charts/event-series
 #   promtool  (github.com/prometheus/prometheus)    promtool check rules of config/prometheus
 #   kwok      (sigs.k8s.io/kwok)                     simulated nodes and pods for bench/scale.sh (only when named)
+#   cargo-cyclonedx (crates.io)                      the release's SBOM, hack/release.sh (only when named)
 # A tool is rebuilt only when its version below changes, so a second run takes milliseconds.
 # Usage: hack/tools.sh [name...]   (default: both)
 set -euo pipefail
@@ -22,6 +23,17 @@ mkdir -p "$BIN"
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(helm promtool)
 for name in "${names[@]}"; do
+  if [ "$name" = cargo-cyclonedx ]; then
+    # A Rust tool: cargo install at a pinned version, into target/tools/bin.
+    crate="cargo-cyclonedx@0.5.9"
+    stamp="$BIN/.$name.version"
+    if [ ! -x "$BIN/$name" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$crate" ]; then
+      echo "tools: building $name ($crate)" >&2
+      cargo install --locked --quiet --root "$ROOT/target/tools" "$crate"
+      echo "$crate" >"$stamp"
+    fi
+    continue
+  fi
   module="${MODULE[$name]:-}"
   [ -n "$module" ] || { echo "tools: unknown tool $name" >&2; exit 1; }
   stamp="$BIN/.$name.version"

@@ -656,3 +656,84 @@ async fn helm_installs_and_uninstalls_the_chart_on_a_fresh_cluster() -> Result<(
     );
     Ok(())
 }
+
+/// The release's one-file install (`just release` writes `dist/install.yaml`; here
+/// `hack/release.sh --install-only`): on a cluster that has never seen the CRD, one
+/// `kubectl apply --server-side -f` installs every object, the image pinned by digest, and one
+/// `kubectl delete -f` removes them all.
+#[tokio::test]
+async fn the_release_install_yaml_installs_and_removes_in_one_command_each() -> Result<()> {
+    let out = std::process::Command::new("bash")
+        .args(["hack/release.sh", "--install-only"])
+        .current_dir(repo_root())
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "hack/release.sh --install-only: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let file = repo_root().join("dist/install.yaml");
+    let text = std::fs::read_to_string(&file)?;
+    let objects = text.matches("\nkind: ").count();
+    let image = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("image: "))
+        .context("an image in install.yaml")?;
+    anyhow::ensure!(
+        image.contains("@sha256:") && image.len() > "@sha256:".len() + 64,
+        "the image is not pinned by digest: {image}"
+    );
+    let cluster = Dedicated::start_bare("release", &[])?;
+    let kc = cluster.kubeconfig.as_path();
+    let path = file.to_string_lossy().into_owned();
+    let applied = kubectl_on(kc, &["apply", "--server-side", "-f", &path])?;
+    println!("{applied}");
+    assert_eq!(
+        applied
+            .lines()
+            .filter(|l| l.ends_with("serverside-applied"))
+            .count(),
+        objects,
+        "every object of install.yaml applied in one command"
+    );
+    let client = client_for(kc).await?;
+    let deployment = Api::<Deployment>::namespaced(client.clone(), NS)
+        .get("event-series")
+        .await?;
+    let pinned = deployment
+        .spec
+        .template
+        .spec
+        .and_then(|p| p.containers.into_iter().next())
+        .and_then(|c| c.image);
+    assert_eq!(pinned.as_deref(), Some(image));
+    let deleted = kubectl_on(kc, &["delete", "--wait=false", "-f", &path])?;
+    assert_eq!(
+        deleted.lines().filter(|l| l.contains("\" deleted")).count(),
+        objects,
+        "every object deleted in one command:\n{deleted}"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !kubectl_on(
+        kc,
+        &[
+            "get",
+            "--ignore-not-found",
+            "-o",
+            "name",
+            "customresourcedefinition/eventseriespolicies.eventseries.dev",
+            "clusterrole/event-series",
+        ],
+    )?
+    .trim()
+    .is_empty()
+    {
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "the install outlived its delete"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    drop(cluster);
+    Ok(())
+}
