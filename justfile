@@ -57,10 +57,10 @@ unit:
     done
     cargo test --workspace --lib --bins "${unit[@]/#/--test=}"
 
-# Regenerate crds/ (and the chart's copy) from the Rust types (a test fails when they differ).
+# Regenerate crds/ (and the chart's copy in files/) from the Rust types (a test fails when they differ).
 crds:
     cargo run --quiet -- crd > crds/eventseries.dev_eventseriespolicies.yaml
-    cp crds/eventseries.dev_eventseriespolicies.yaml charts/event-series/crds/
+    cp crds/eventseries.dev_eventseriespolicies.yaml charts/event-series/files/
 
 # Format the code.
 fmt:

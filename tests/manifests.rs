@@ -406,7 +406,7 @@ fn the_values_schema_refuses_wrong_values_by_name_and_placement_values_render() 
 fn the_chart_crd_is_the_generated_crd() {
     let root = repo_root();
     let chart = std::fs::read_to_string(
-        root.join("charts/event-series/crds/eventseries.dev_eventseriespolicies.yaml"),
+        root.join("charts/event-series/files/eventseries.dev_eventseriespolicies.yaml"),
     )
     .unwrap_or_default();
     let generated =

@@ -534,9 +534,10 @@ async fn refused_by_the_admission_policy(
 }
 
 /// The chart the Helm way on a cluster that has never seen the CRD: one `helm install` (the CRD
-/// from the chart's `crds/` first), every object of the install accepted by the real API server's
+/// rendered from the chart's templates, first), every object of the install accepted by the real API server's
 /// validation (the admission policy's CEL compiled), a policy applicable at once; `helm uninstall`
-/// removes everything but the CRD, which Helm never deletes.
+/// `helm upgrade` takes the CRD along (a template, not `crds/`, which Helm never upgrades), and
+/// `helm uninstall` removes everything but the CRD (`helm.sh/resource-policy: keep`).
 #[tokio::test]
 async fn helm_installs_and_uninstalls_the_chart_on_a_fresh_cluster() -> Result<()> {
     let helm = repo_root().join("target/tools/bin/helm");
@@ -635,6 +636,15 @@ async fn helm_installs_and_uninstalls_the_chart_on_a_fresh_cluster() -> Result<(
         ),
     }
 
+    let upgraded = helm_on(&[
+        "upgrade",
+        "event-series",
+        "charts/event-series",
+        "--namespace",
+        NS,
+        "--reuse-values",
+    ])?;
+    assert!(upgraded.contains("STATUS: deployed"), "{upgraded}");
     let removed = helm_on(&["uninstall", "event-series", "--namespace", NS])?;
     println!("{removed}");
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -652,7 +662,7 @@ async fn helm_installs_and_uninstalls_the_chart_on_a_fresh_cluster() -> Result<(
     assert_eq!(
         present(false, &["crd/eventseriespolicies.eventseries.dev"])?,
         1,
-        "Helm keeps CRDs"
+        "the CRD is kept on uninstall"
     );
     Ok(())
 }
