@@ -132,3 +132,25 @@ pub fn at_every_limit(ns: &str, name: &str, pod: &str, count: i32) -> Event {
     ev.reporting_instance = Some(long('i', 200));
     ev
 }
+
+/// Creates every event through `api`, `parallel` requests at a time (a tenant's flood).
+pub async fn create_all(
+    api: &kube::Api<Event>,
+    events: impl IntoIterator<Item = Event>,
+    parallel: usize,
+) -> kube::Result<()> {
+    use futures::{StreamExt, TryStreamExt};
+    futures::stream::iter(events)
+        .map(|ev| {
+            let api = api.clone();
+            async move {
+                api.create(&kube::api::PostParams::default(), &ev)
+                    .await
+                    .map(drop)
+            }
+        })
+        .buffer_unordered(parallel)
+        .try_collect::<Vec<()>>()
+        .await
+        .map(drop)
+}

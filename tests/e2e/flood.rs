@@ -142,8 +142,7 @@ async fn one_mb_messages_cost_no_more_memory_than_short_ones() -> Result<()> {
 /// adds flags (`--max-key-bytes 1Gi --restart-buffer-bytes 1Gi` shows the run without budgets).
 #[tokio::test]
 async fn sixty_thousand_events_at_every_limit_stay_under_the_memory_limit() -> Result<()> {
-    use event_series_test_support::raw::{at_every_limit, occurrence_patch};
-    use futures::{StreamExt, TryStreamExt};
+    use event_series_test_support::raw::{at_every_limit, create_all, occurrence_patch};
     const EVENTS: usize = 60_000;
     const LIMIT_KIB: u64 = 256 * 1024;
     let cluster = Dedicated::start("limits", &[])?;
@@ -182,17 +181,9 @@ async fn sixty_thousand_events_at_every_limit_stay_under_the_memory_limit() -> R
     };
     occur(2).await?;
     let flood_api: Api<CoreEvent> = Api::namespaced(tenant, &flood.name);
-    futures::stream::iter(0..EVENTS)
-        .map(|i| {
-            let (api, ns) = (flood_api.clone(), flood.name.clone());
-            async move {
-                let raw = at_every_limit(&ns, &format!("f{i}.raw"), &format!("f{i}"), 1);
-                api.create(&PostParams::default(), &raw).await
-            }
-        })
-        .buffer_unordered(16)
-        .try_collect::<Vec<_>>()
-        .await?;
+    let raws =
+        (0..EVENTS).map(|i| at_every_limit(&flood.name, &format!("f{i}.raw"), &format!("f{i}"), 1));
+    create_all(&flood_api, raws, 16).await?;
     let deadline = std::time::Instant::now() + Duration::from_secs(300);
     while op.metric("event_series_occurrences_total") < (EVENTS + 2) as f64 {
         ensure!(

@@ -316,7 +316,7 @@ async fn apply_k_installs_a_least_privilege_operator() -> Result<()> {
         "released on shutdown, still held by {holder:?}"
     );
     ns.cleanup().await?;
-    deleted_by_delete_k(&client, kc, &install).await
+    removed_by_delete(&client, kc, "-k", &install).await
 }
 
 /// The operator, as the installed ServiceAccount, serves HTTPS metrics to a scraper bound to the
@@ -353,17 +353,22 @@ async fn scraped_with_the_installed_roles(
     Ok(())
 }
 
-/// `kubectl delete -k config/default` deletes every object it made. A bare apiserver has no
+/// `kubectl delete FLAG SOURCE` (`-k` a kustomization, `-f` a file) deletes every object of the
+/// install in one command, and nothing of it is left a minute later. A bare apiserver has no
 /// namespace controller to finalize the namespace, so the namespace is only seen terminating, and
 /// kubectl is not made to wait for that.
-async fn deleted_by_delete_k(
+async fn removed_by_delete(
     client: &kube::Client,
     kc: &std::path::Path,
-    default: &str,
+    flag: &str,
+    source: &str,
 ) -> Result<()> {
-    let out = kubectl_on(kc, &["delete", "--wait=false", "-k", default])?;
+    let out = kubectl_on(kc, &["delete", "--wait=false", flag, source])?;
     println!("{out}");
-    let built = kubectl_on(kc, &["kustomize", default])?;
+    let built = match flag {
+        "-k" => kubectl_on(kc, &["kustomize", source])?,
+        _ => std::fs::read_to_string(source)?,
+    };
     let made = built.matches("\nkind: ").count() + usize::from(built.starts_with("kind: "));
     let deleted = out.lines().filter(|l| l.contains("\" deleted")).count();
     assert_eq!(
@@ -717,33 +722,7 @@ async fn the_release_install_yaml_installs_and_removes_in_one_command_each() -> 
         .and_then(|p| p.containers.into_iter().next())
         .and_then(|c| c.image);
     assert_eq!(pinned.as_deref(), Some(image));
-    let deleted = kubectl_on(kc, &["delete", "--wait=false", "-f", &path])?;
-    assert_eq!(
-        deleted.lines().filter(|l| l.contains("\" deleted")).count(),
-        objects,
-        "every object deleted in one command:\n{deleted}"
-    );
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !kubectl_on(
-        kc,
-        &[
-            "get",
-            "--ignore-not-found",
-            "-o",
-            "name",
-            "customresourcedefinition/eventseriespolicies.eventseries.dev",
-            "clusterrole/event-series",
-        ],
-    )?
-    .trim()
-    .is_empty()
-    {
-        anyhow::ensure!(
-            std::time::Instant::now() < deadline,
-            "the install outlived its delete"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    removed_by_delete(&client, kc, "-f", &path).await?;
     drop(cluster);
     Ok(())
 }

@@ -11,7 +11,7 @@ use event_series_test_support::cluster::{
     tenant_client,
 };
 use event_series_test_support::raw::{
-    Occurrences, app_container, at_every_limit, kubelet, kubelet_backoff,
+    Occurrences, app_container, at_every_limit, create_all, kubelet, kubelet_backoff,
 };
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use k8s_openapi::api::events::v1::Event;
@@ -54,6 +54,49 @@ async fn loops(api: &Api<CoreEvent>, ns: &str, count: usize, n: i32) -> Result<(
         occur(api, ns, &raw, &pod, n, SignedDuration::ZERO).await?;
     }
     Ok(())
+}
+
+/// A cluster of its own with a quiet namespace and a flooding one, each with its tenant (Events in
+/// its own namespace, `view` on the other).
+struct QuietAndFlood {
+    cluster: Dedicated,
+    admin: kube::Client,
+    quiet: TestNamespace,
+    flood: TestNamespace,
+    victim: kube::Client,
+    flooder: kube::Client,
+}
+
+impl QuietAndFlood {
+    /// The cluster `name`, its namespaces `<prefix>quiet` and `<prefix>flood`.
+    async fn start(name: &str, prefix: &str) -> Result<QuietAndFlood> {
+        let cluster = Dedicated::start(name, &[])?;
+        let kc = cluster.kubeconfig.as_path();
+        let admin = client_for(kc).await?;
+        let quiet = TestNamespace::new(&admin, &format!("{prefix}quiet")).await?;
+        let flood = TestNamespace::new(&admin, &format!("{prefix}flood")).await?;
+        let victim = tenant_client(&admin, kc, &quiet.name, &flood.name).await?;
+        let flooder = tenant_client(&admin, kc, &flood.name, &quiet.name).await?;
+        Ok(QuietAndFlood {
+            cluster,
+            admin,
+            quiet,
+            flood,
+            victim,
+            flooder,
+        })
+    }
+
+    fn kubeconfig(&self) -> &std::path::Path {
+        &self.cluster.kubeconfig
+    }
+
+    async fn end(self) -> Result<()> {
+        self.quiet.cleanup().await?;
+        self.flood.cleanup().await?;
+        drop(self.cluster);
+        Ok(())
+    }
 }
 
 /// Emitters whose clocks are 7 minutes behind and 5 minutes ahead of the operator's: each loop gets
@@ -187,13 +230,14 @@ fn copied(ev: &Event, ns: &str) -> Event {
 /// counted, and nothing is written for them.
 #[tokio::test]
 async fn a_flood_and_forged_copies_leave_a_quiet_namespace_its_series() -> Result<()> {
-    let cluster = Dedicated::start("isolation", &[])?;
-    let kc = cluster.kubeconfig.as_path();
-    let admin = client_for(kc).await?;
-    let quiet = TestNamespace::new(&admin, "quiet").await?;
-    let flood = TestNamespace::new(&admin, "flood").await?;
-    let victims = tenant_client(&admin, kc, &quiet.name, &flood.name).await?;
-    let flooder = tenant_client(&admin, kc, &flood.name, &quiet.name).await?;
+    let pair = QuietAndFlood::start("isolation", "").await?;
+    let (kc, admin, quiet, flood) = (
+        pair.kubeconfig(),
+        pair.admin.clone(),
+        &pair.quiet,
+        &pair.flood,
+    );
+    let (victims, flooder) = (pair.victim.clone(), pair.flooder.clone());
     let policy = "apiVersion: eventseries.dev/v1alpha1\nkind: EventSeriesPolicy\nmetadata:\n  \
                   name: bounded\nspec:\n  finishAfter: 40s\n  seriesWindow: 40s\n  \
                   maxActiveSeries: 20\n";
@@ -282,10 +326,7 @@ async fn a_flood_and_forged_copies_leave_a_quiet_namespace_its_series() -> Resul
         );
     }
     drop(op);
-    quiet.cleanup().await?;
-    flood.cleanup().await?;
-    drop(cluster);
-    Ok(())
+    pair.end().await
 }
 
 /// A namespace that starts series far faster than the writer may write (`--qps 2`), beside a quiet
@@ -294,13 +335,14 @@ async fn a_flood_and_forged_copies_leave_a_quiet_namespace_its_series() -> Resul
 /// the flood's backlog had drained from the intake (minutes at this rate).
 #[tokio::test]
 async fn a_flood_past_its_pending_share_does_not_hold_up_a_quiet_namespaces_create() -> Result<()> {
-    use futures::{StreamExt, TryStreamExt};
     const FLOOD: usize = 1_500;
-    let cluster = Dedicated::start("pending-share", &[])?;
-    let kc = cluster.kubeconfig.as_path();
-    let admin = client_for(kc).await?;
-    let quiet = TestNamespace::new(&admin, "share_quiet").await?;
-    let flood = TestNamespace::new(&admin, "share_flood").await?;
+    let pair = QuietAndFlood::start("pending-share", "share_").await?;
+    let (kc, admin, quiet, flood) = (
+        pair.kubeconfig(),
+        pair.admin.clone(),
+        &pair.quiet,
+        &pair.flood,
+    );
     let args = [
         "--qps",
         "2",
@@ -314,17 +356,9 @@ async fn a_flood_past_its_pending_share_does_not_hold_up_a_quiet_namespaces_crea
     let op = OPERATOR.launch(kc, "pending-share", &args)?;
     // Each raw event counts two occurrences: a series, and a create, at once.
     let flood_api: Api<CoreEvent> = Api::namespaced(admin.clone(), &flood.name);
-    futures::stream::iter(0..FLOOD)
-        .map(|i| {
-            let (api, ns) = (flood_api.clone(), flood.name.clone());
-            async move {
-                let raw = kubelet_backoff(&ns, &format!("f{i}.raw"), &format!("f{i}"), 2);
-                api.create(&PostParams::default(), &raw).await
-            }
-        })
-        .buffer_unordered(16)
-        .try_collect::<Vec<_>>()
-        .await?;
+    let raws =
+        (0..FLOOD).map(|i| kubelet_backoff(&flood.name, &format!("f{i}.raw"), &format!("f{i}"), 2));
+    create_all(&flood_api, raws, 16).await?;
     let quiet_api: Api<CoreEvent> = Api::namespaced(admin.clone(), &quiet.name);
     let raw = kubelet_backoff(&quiet.name, "web.raw", "web", 2);
     quiet_api.create(&PostParams::default(), &raw).await?;
@@ -344,10 +378,7 @@ async fn a_flood_past_its_pending_share_does_not_hold_up_a_quiet_namespaces_crea
     let pending = op.metric("event_series_writes_pending");
     ensure!(pending <= 21.0, "pending writes past the share: {pending}");
     drop(op);
-    quiet.cleanup().await?;
-    flood.cleanup().await?;
-    drop(cluster);
-    Ok(())
+    pair.end().await
 }
 
 /// A tenant whose Events fill every field to its limit beside a quiet namespace's loop, with the
@@ -356,14 +387,15 @@ async fn a_flood_past_its_pending_share_does_not_hold_up_a_quiet_namespaces_crea
 /// every occurrence.
 #[tokio::test]
 async fn keys_at_every_limit_stay_within_the_byte_budget_beside_a_quiet_loop() -> Result<()> {
-    use futures::{StreamExt, TryStreamExt};
     const FLOOD: usize = 1_200;
-    let cluster = Dedicated::start("key-bytes", &[])?;
-    let kc = cluster.kubeconfig.as_path();
-    let admin = client_for(kc).await?;
-    let quiet = TestNamespace::new(&admin, "bytes_quiet").await?;
-    let flood = TestNamespace::new(&admin, "bytes_flood").await?;
-    let flooder = tenant_client(&admin, kc, &flood.name, &quiet.name).await?;
+    let pair = QuietAndFlood::start("key-bytes", "bytes_").await?;
+    let (kc, admin, quiet, flood) = (
+        pair.kubeconfig(),
+        pair.admin.clone(),
+        &pair.quiet,
+        &pair.flood,
+    );
+    let flooder = pair.flooder.clone();
     let args = [
         "--max-key-bytes",
         "1Mi",
@@ -380,22 +412,15 @@ async fn keys_at_every_limit_stay_within_the_byte_budget_beside_a_quiet_loop() -
         fed += 1;
         loops(&quiet_api, &quiet.name, 1, fed).await?;
         // Every other raw event counts two occurrences: a series; the rest are candidates.
-        futures::stream::iter(round * FLOOD / 4..(round + 1) * FLOOD / 4)
-            .map(|i| {
-                let (api, ns) = (flood_api.clone(), flood.name.clone());
-                async move {
-                    let raw = at_every_limit(
-                        &ns,
-                        &format!("f{i}.raw"),
-                        &format!("f{i}"),
-                        1 + (i % 2) as i32,
-                    );
-                    api.create(&PostParams::default(), &raw).await
-                }
-            })
-            .buffer_unordered(8)
-            .try_collect::<Vec<_>>()
-            .await?;
+        let raws = (round * FLOOD / 4..(round + 1) * FLOOD / 4).map(|i| {
+            at_every_limit(
+                &flood.name,
+                &format!("f{i}.raw"),
+                &format!("f{i}"),
+                1 + (i % 2) as i32,
+            )
+        });
+        create_all(&flood_api, raws, 8).await?;
     }
     fed += 1;
     loops(&quiet_api, &quiet.name, 1, fed).await?;
@@ -415,10 +440,7 @@ async fn keys_at_every_limit_stay_within_the_byte_budget_beside_a_quiet_loop() -
         "nothing given up for the byte budget: {evicted} series evicted, {lone} lone"
     );
     drop(op);
-    quiet.cleanup().await?;
-    flood.cleanup().await?;
-    drop(cluster);
-    Ok(())
+    pair.end().await
 }
 
 /// A tenant with update rights on Events (and no admission policy installed) strips the operator's
