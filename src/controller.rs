@@ -341,11 +341,16 @@ pub async fn run(
     housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let stop;
     loop {
-        tokio::select! {
-            () = forward(&mut engine, &tx, &metrics) => {}
-            s = &mut shutdown => {
-                stop = s;
-                break;
+        // Until the first list is complete, what a part of it replayed early (a full restart
+        // buffer) stays in the engine: written before the list's resourceVersion is checkpointed,
+        // an object would carry a watermark that says less than it counted.
+        if restart.is_none() {
+            tokio::select! {
+                () = forward(&mut engine, &tx, &metrics) => {}
+                s = &mut shutdown => {
+                    stop = s;
+                    break;
+                }
             }
         }
         tokio::select! {
