@@ -118,6 +118,8 @@ pub struct Engine {
     clock: Option<Micros>,
     /// `Some` between `begin_recovery` and `end_recovery`.
     recovery: Option<Recovery>,
+    /// Between `begin_relist` and `end_relist`: a list's items are timed as a restart's are.
+    relisting: bool,
     intents: Vec<Intent>,
     stats: Stats,
     /// The last tick held a finish back because the input was not known complete up to its due
@@ -140,6 +142,7 @@ impl Engine {
             pending_watermark: 0,
             clock: None,
             recovery: None,
+            relisting: false,
             intents: Vec::new(),
             stats: Stats::default(),
             finishes_held: false,
@@ -333,8 +336,12 @@ impl Engine {
     /// A watched occurrence is timed by its timestamp within the clock tolerance of `now`, by its
     /// arrival beyond. It is seen at that time, but no earlier than the lifecycle clock (the input
     /// was complete up to there, so a newer occurrence timed earlier comes from a clock that is
-    /// behind) and no later than `now`. A replayed one (after a restart) happened when its
-    /// timestamp says, unless that is beyond the tolerance in the future.
+    /// behind) and no later than `now`. A listed one (the replay of a restart, or a relist after
+    /// 410 Gone) happened when its timestamp says, unless that is beyond the tolerance in the
+    /// future: a list holds events of every age, and an old one is old, not skewed. (Timed by its
+    /// arrival, each raw event the engine had forgotten, 10^6 stored events against a raw-count
+    /// table of 262,144, would count its occurrences of hours ago as happening now: series that
+    /// never looped now, evicting the real ones.)
     fn timing(&self, now: DateTime<Utc>, last: DateTime<Utc>) -> (Micros, Micros, Micros) {
         let (now, last) = (micros(now), micros(last));
         let tolerance = self
@@ -343,7 +350,7 @@ impl Engine {
             .num_microseconds()
             .unwrap_or(i64::MAX)
             .unsigned_abs();
-        let (t, seen) = if self.recovering() {
+        let (t, seen) = if self.recovering() || self.relisting {
             let t = if last > now && last.abs_diff(now) > tolerance {
                 now
             } else {
@@ -373,9 +380,11 @@ impl Engine {
     /// [`Engine::end_relist`] were deleted in the meantime and are forgotten.
     pub fn begin_relist(&mut self) {
         self.raw.begin_relist();
+        self.relisting = true;
     }
 
     pub fn end_relist(&mut self) {
+        self.relisting = false;
         self.raw.end_relist();
         self.checkpoint(self.pending_watermark);
     }
@@ -550,6 +559,39 @@ pub(crate) mod tests {
             engine.stats().series_finished,
             engine.stats().series_started
         );
+    }
+
+    /// A relist (after 410 Gone) serves raw events of every age. One the engine has forgotten (its
+    /// raw-count table is bounded; 10^6 stored events do not fit), whose occurrences ended hours
+    /// ago, is old, not a loop happening now. (Before: timed by its arrival, it became a series,
+    /// and at 10^6 stored events 141,306 such series evicted the real ones, `just bench-failover`.)
+    #[test]
+    fn a_relisted_raw_event_from_hours_ago_is_not_a_loop_happening_now() {
+        let mut engine = Engine::with_settings(Settings::default());
+        let now = t0() + TimeDelta::hours(3);
+        let mut live = observation_in("team-a", "web-0", 2);
+        (live.first, live.last) = (now, now);
+        engine.observe(now, &live);
+        assert_eq!(engine.take_intents().len(), 1, "the live loop's create");
+        engine.begin_relist();
+        engine.observe(now, &live);
+        let mut old = observation_in("team-a", "old-0", 3);
+        let ended = now - TimeDelta::minutes(150);
+        (old.first, old.last) = (ended - TimeDelta::minutes(2), ended);
+        old.raw = RawId::of("team-a", "old-0.raw", "");
+        engine.observe(now, &old);
+        engine.end_relist();
+        let intents = engine.take_intents();
+        assert!(intents.is_empty(), "written after the relist: {intents:?}");
+        assert_eq!(engine.active_series(), 1);
+        assert_eq!(engine.stats().dropped_stale, 3);
+        // After the relist, a watched occurrence is timed as before: by its arrival, beyond the
+        // tolerance (an emitter whose clock is hours behind still gets its series).
+        let mut skewed = observation_in("team-a", "skewed-0", 2);
+        (skewed.first, skewed.last) = (ended, ended);
+        skewed.raw = RawId::of("team-a", "skewed-0.raw", "");
+        engine.observe(now, &skewed);
+        assert_eq!(engine.take_intents().len(), 1, "the skewed loop's create");
     }
 
     #[test]
