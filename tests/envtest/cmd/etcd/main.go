@@ -22,6 +22,7 @@ func main() {
 	noFsync := flag.Bool("unsafe-no-fsync", false, "disable fsync (faster, loses data on a machine crash; fine for tests)")
 	logLevel := flag.String("log-level", "warn", "debug, info, warn or error")
 	quota := flag.Int64("quota-backend-bytes", 2<<30, "backend size quota in bytes")
+	compaction := flag.String("auto-compaction-retention", "5m", "periodic compaction: the history kept, as a Go duration (what a managed control plane does every 5 minutes)")
 	flag.Parse()
 
 	cu, err := url.Parse(*clientURL)
@@ -46,7 +47,7 @@ func main() {
 	cfg.LogOutputs = []string{"stderr"}
 	cfg.QuotaBackendBytes = *quota
 	cfg.AutoCompactionMode = "periodic"
-	cfg.AutoCompactionRetention = "5m"
+	cfg.AutoCompactionRetention = *compaction
 
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
