@@ -218,8 +218,7 @@ async fn sixty_thousand_events_at_every_limit_stay_under_the_memory_limit() -> R
         "peak RSS {watching} KiB watching, {restarted} KiB after a restart: over the limit"
     );
     drop(op);
-    quiet.cleanup().await?;
-    flood.cleanup().await?;
-    drop(cluster);
+    // No cleanup of 60,000 events one by one: the cluster, its own, goes with them.
+    drop((quiet, flood, cluster));
     Ok(())
 }

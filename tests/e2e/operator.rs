@@ -75,7 +75,16 @@ where
 {
     let deadline = Instant::now() + within;
     loop {
-        let objects = series(client, ns).await?;
+        // A poll rides out a failed request (a pooled connection the API server closed under load).
+        let objects = match series(client, ns).await {
+            Ok(objects) => objects,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("listing the series objects of {ns} failed, retrying: {e:#}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         if check(&objects) {
             return Ok(objects);
         }
