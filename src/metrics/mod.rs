@@ -29,6 +29,7 @@ pub struct Metrics {
     pub watch_probes: Family<ProbeLabels, Counter>,
     pub restore_tokens_expired: Counter,
     pub restart_buffer_flushes: Counter,
+    pub names_taken: Counter,
     /// 1 while this replica holds the Lease (or runs without leader election), else 0.
     pub leader: Gauge,
     /// 1 while `/readyz` would answer 200: see [`Metrics::watch_readiness`].
@@ -213,6 +214,12 @@ impl Metrics {
         for kind in WRITE_KINDS {
             let _ = m.writes_shed.get_or_create(&KindLabels { kind });
         }
+        r.register(
+            "names_taken",
+            "Series names found held by an Event that is not the series' own (a create answered \
+             409, then a read): the series took its next name",
+            m.names_taken.clone(),
+        );
         r.register(
             "writes_shed",
             "Series writes not queued because their namespace held its share of the pending writes \

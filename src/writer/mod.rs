@@ -304,6 +304,7 @@ impl Writer {
         {
             Settled::Done => self.settle(),
             Settled::Renamed { variant } => {
+                self.metrics.names_taken.inc();
                 tracing::warn!(%namespace, %name, variant,
                     "an Event that is not the series' own holds its name: the series takes its next name");
             }

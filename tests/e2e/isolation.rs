@@ -603,6 +603,8 @@ async fn a_name_taken_by_a_tenants_event_is_left_alone_and_the_series_takes_the_
         },
     )
     .await?;
+    let taken = op.metric("event_series_names_taken_total");
+    ensure!(taken == 1.0, "names found taken: {taken}");
     let verified = op.metric("event_series_api_requests_total{verb=\"get\",code=\"200\"}");
     ensure!(
         verified >= 1.0,
