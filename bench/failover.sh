@@ -90,7 +90,12 @@ KUBECONFIG="$KUBECONFIG_FILE" "$LOADER" --concurrency 4 rate --rate "$RATE" --du
   >"$CLUSTER_DIR/load.json" &
 LOAD_PID=$!
 sleep 5
-writes_before="$(op_metric_sum event_series_api_requests_total)"
+# Series writes only: api_requests_total also counts the standby's Lease requests.
+series_writes() {
+  { curl -fsS --max-time 5 "$OP_URL/metrics" || true; } |
+    awk '$1 ~ /^event_series_api_requests_total\{verb="(create|patch)",code="2/ { n += $2 } END { printf "%d\n", n }'
+}
+writes_before="$(series_writes)"
 kill -9 "$A_PID"
 t_kill="$(date +%s%N)"
 A_PID=''
@@ -101,7 +106,7 @@ while [ -z "$write_ms" ] || [ -z "$restored_ms" ]; do
   kill -0 "$B_PID" || die "the standby exited (log $CLUSTER_DIR/operator-b.log)"
   [ -z "$lease_ms" ] && [ "$(op_metric event_series_leader)" = 1 ] && lease_ms="$(ms)"
   [ -z "$restored_ms" ] && grep -q 'recovered; watching' "$CLUSTER_DIR/operator-b.log" && restored_ms="$(ms)"
-  [ -z "$write_ms" ] && [ "$(op_metric_sum event_series_api_requests_total)" -gt "$writes_before" ] && write_ms="$(ms)"
+  [ -z "$write_ms" ] && [ "$(series_writes)" -gt "$writes_before" ] && write_ms="$(ms)"
   sleep 0.1
 done
 b_hwm="$(hwm_kib "$B_PID")"
