@@ -1,5 +1,7 @@
 //! The command line: `event-series run`, `event-series get` (also `kubectl series`), `event-series crd`.
 
+use crate::alerts::AlertConfig;
+use crate::alerts::client::Target;
 use crate::config::{Settings, duration};
 use crate::controller::ControllerConfig;
 use crate::intent::SeriesState;
@@ -243,6 +245,76 @@ pub struct RunArgs {
     /// How long pending writes may take to flush on SIGTERM.
     #[arg(long, default_value = "10s", value_parser = duration::parse_std)]
     pub shutdown_timeout: Duration,
+    /// Most label sets of event_series_loops{namespace,reason,type,state}; beyond it the smallest
+    /// are summed into one whose labels are `other`.
+    #[arg(long, default_value_t = 500)]
+    pub max_loop_label_sets: usize,
+    #[command(flatten)]
+    pub alerts: AlertArgs,
+}
+
+/// Loops as Alertmanager alerts (the loops a policy's spec.alert selects).
+#[derive(Debug, clap::Args)]
+pub struct AlertArgs {
+    /// Alertmanager base URL (http:// or https://); repeat, or separate with commas, for several:
+    /// each gets every alert. None: no alerts.
+    #[arg(
+        long = "alertmanager-url",
+        value_name = "URL",
+        value_delimiter = ',',
+        env = "EVENT_SERIES_ALERTMANAGER_URL"
+    )]
+    pub urls: Vec<String>,
+    /// PEM file of the CA that signed the Alertmanagers' certificates (default: the system's).
+    #[arg(long = "alertmanager-ca-file", value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// File holding a bearer token for Alertmanager (read at each post).
+    #[arg(
+        long = "alertmanager-bearer-token-file",
+        value_name = "FILE",
+        conflicts_with = "username"
+    )]
+    pub bearer_token_file: Option<PathBuf>,
+    /// User name for basic auth to Alertmanager.
+    #[arg(
+        long = "alertmanager-username",
+        value_name = "USER",
+        env = "EVENT_SERIES_ALERTMANAGER_USERNAME"
+    )]
+    pub username: Option<String>,
+    /// File holding the basic-auth password (read at each post).
+    #[arg(
+        long = "alertmanager-password-file",
+        value_name = "FILE",
+        requires = "username"
+    )]
+    pub password_file: Option<PathBuf>,
+    /// How often every firing alert is posted again; each post is valid for four of these, so an
+    /// alert whose loop's leader died stays firing through the failover.
+    #[arg(long = "alert-resend-interval", default_value = "1m", value_parser = duration::parse_value)]
+    pub resend: TimeDelta,
+    /// Most loops alerting at once; beyond it, loops are counted in
+    /// event_series_alerts_over_limit, not alerted.
+    #[arg(long = "max-alerts", default_value_t = 10_000)]
+    pub max: usize,
+}
+
+impl AlertArgs {
+    /// `None` without an Alertmanager URL.
+    pub fn config(&self, timeout: Duration) -> Option<AlertConfig> {
+        (!self.urls.is_empty()).then(|| AlertConfig {
+            target: Target {
+                urls: self.urls.clone(),
+                ca_file: self.ca_file.clone(),
+                bearer_token_file: self.bearer_token_file.clone(),
+                username: self.username.clone(),
+                password_file: self.password_file.clone(),
+                timeout,
+            },
+            resend: self.resend,
+            max: self.max,
+        })
+    }
 }
 
 /// `--request-timeout`: between 1 s and 1 h.
@@ -292,6 +364,8 @@ impl RunArgs {
             list_page_bytes: self.list_page_bytes,
             restart_buffer_bytes: self.restart_buffer_bytes,
             restore_timeout: self.restore_timeout,
+            alerts: self.alerts.config(self.request_timeout),
+            max_loop_label_sets: self.max_loop_label_sets,
         }
     }
 

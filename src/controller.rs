@@ -11,16 +11,17 @@
 //!  input clock (crate::currency): proofs from the watch, and a probe while a finish is held
 //! ```
 
+use crate::alerts::{AlertConfig, Term};
 use crate::config::Settings;
 use crate::config::policy_watch::{PolicyWatch, Update};
 use crate::currency::{self, Currency, Proof};
 use crate::engine::{Engine, EngineConfig};
 use crate::feed::{Arrival, feed};
 use crate::health::Health;
-use crate::intent::Intent;
+use crate::intent::{Intent, WriteKind};
 use crate::key::RawId;
 use crate::leader::WriteFence;
-use crate::metrics::Metrics;
+use crate::metrics::{self, Metrics};
 use crate::paging::PageSize;
 use crate::restart::{self, Restart};
 use crate::watch::{Step, raw_events};
@@ -63,10 +64,38 @@ pub struct ControllerConfig {
     pub restart_buffer_bytes: usize,
     /// How long a restore may go without a page of its list before the operator gives up.
     pub restore_timeout: Duration,
+    /// Loops as alerts, when an Alertmanager is configured.
+    pub alerts: Option<AlertConfig>,
+    /// Most label sets of the `loops` gauge.
+    pub max_loop_label_sets: usize,
 }
 
-/// How often the engine's memory upkeep runs ([`Engine::housekeep`]).
+/// How often the engine's memory upkeep runs ([`Engine::housekeep`]), and the loop gauge and
+/// `series_ongoing_longer_than` are refreshed.
 const HOUSEKEEPING: Duration = Duration::from_secs(10);
+
+/// How often the loops are scanned for alerts that begin (or re-posts that are due).
+const ALERT_SCAN: Duration = Duration::from_secs(5);
+
+/// What the controller derives from the engine besides writes: the `loops` gauge, and the alerts
+/// when an Alertmanager is configured.
+struct Loops {
+    gauge: metrics::Loops,
+    alerts: Option<Term>,
+}
+
+impl Loops {
+    fn intent(&mut self, engine: &Engine, intent: &Intent) {
+        if let WriteKind::Finish(_) = intent.kind {
+            let key = intent.series.key.view();
+            self.gauge
+                .finished(&intent.series.namespace, key.reason, key.type_, intent.due);
+        }
+        if let Some(alerts) = &mut self.alerts {
+            alerts.intent(engine, intent);
+        }
+    }
+}
 
 fn scoped<K>(client: &Client, namespace: &Option<String>) -> Api<K>
 where
@@ -87,11 +116,14 @@ fn resource_version(rv: &str) -> Option<u64> {
 /// (back-pressure), which holds up the watch rather than growing memory.
 const INTENT_CHANNEL: usize = 1024;
 
-/// Hands the engine's intents to the writer and its counters to the metrics.
-async fn forward(engine: &mut Engine, tx: &Sender<Intent>, metrics: &Metrics) {
+/// Hands the engine's intents to the writer, its counters to the metrics, and its finishes to the
+/// loop gauge and the alerts.
+async fn forward(engine: &mut Engine, tx: &Sender<Intent>, metrics: &Metrics, seen: &mut Loops) {
     metrics.sync_engine(engine.stats(), engine.active_series());
-    for intent in engine.take_intents() {
+    let intents = engine.take_intents();
+    for intent in intents {
         tracing::debug!(kind = ?intent.kind, id = %intent.series.id, count = intent.series.count, "intent");
+        seen.intent(engine, &intent);
         // The writer only stops after the controller drops the sender.
         if tx.send(intent).await.is_err() {
             return;
@@ -333,6 +365,20 @@ pub async fn run(
         )
         .tell(&mut current);
     }
+    let mut seen = Loops {
+        gauge: metrics::Loops::new(
+            config.max_loop_label_sets,
+            config.event_ttl,
+            metrics.loop_rows.clone(),
+        ),
+        alerts: config
+            .alerts
+            .as_ref()
+            .map(|c| Term::start(c, metrics.clone()))
+            .transpose()?,
+    };
+    let mut alert_scan = tokio::time::interval(ALERT_SCAN);
+    alert_scan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let raw_api: Api<Event> = scoped(&client, &config.namespace);
     let mut probe: Option<tokio::task::JoinHandle<currency::Probed>> = None;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -346,7 +392,7 @@ pub async fn run(
         // an object would carry a watermark that says less than it counted.
         if restart.is_none() {
             tokio::select! {
-                () = forward(&mut engine, &tx, &metrics) => {}
+                () = forward(&mut engine, &tx, &metrics, &mut seen) => {}
                 s = &mut shutdown => {
                     stop = s;
                     break;
@@ -392,6 +438,14 @@ pub async fn run(
                 let now = Utc::now();
                 engine.housekeep(now);
                 metrics.set_ongoing_ages(engine.ongoing_longer_than(now, Metrics::ongoing_bounds()));
+                if restart.is_none() {
+                    seen.gauge.update(&engine, now);
+                }
+            }
+            _ = alert_scan.tick(), if restart.is_none() && seen.alerts.is_some() => {
+                if let Some(alerts) = &mut seen.alerts {
+                    alerts.scan(&engine, Utc::now());
+                }
             }
             s = &mut shutdown => {
                 stop = s;

@@ -9,6 +9,7 @@
 //! [`server`] serves metrics and probes, [`reading`] prints the series for `event-series get` ([`health`] says whether it is ready), [`client`] gives every
 //! request to the API server a deadline, and [`controller`] ties them together. `docs/ARCHITECTURE.md` draws the flow.
 
+pub mod alerts;
 pub mod cli;
 pub mod client;
 pub mod config;
@@ -25,8 +26,9 @@ pub mod reading;
 pub mod restart;
 pub mod retry;
 pub mod server;
+pub mod visible;
 pub mod watch;
 pub mod writer;
 
 /// The pure core, a crate of its own ([`event_series_core`]), re-exported under the paths the shell uses.
-pub use event_series_core::{engine, intent, key};
+pub use event_series_core::{alert, engine, intent, key};

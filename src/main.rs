@@ -135,6 +135,14 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     Metrics::watch_readiness(metrics.clone(), health.clone());
     serve_operations(&args, &client, &metrics, &health).await?;
     let config = args.controller();
+    if let Some(alerts) = &config.alerts {
+        // A wrong URL or CA file fails the start, not every post of every term.
+        let to = event_series::alerts::client::Alertmanagers::new(alerts.target.clone())?;
+        tracing::info!(
+            alertmanagers = to.len(),
+            "loops a policy's spec.alert selects are sent to Alertmanager"
+        );
+    }
     tracing::info!(namespace = ?config.namespace,
         heartbeat_interval = %duration::format(config.defaults.heartbeat_interval),
         finish_after = %duration::format(config.defaults.finish_after),

@@ -6,6 +6,7 @@
 //! crate of its own so that the compiler, not a convention, keeps it that way (`just lint` checks
 //! its dependency tree).
 
+pub mod alert;
 pub mod duration;
 pub mod engine;
 pub mod intent;

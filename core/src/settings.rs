@@ -1,6 +1,7 @@
 //! The knobs of an EventSeriesPolicy as plain engine parameters, and how several policies resolve to
 //! the settings of one namespace. Pure data: the operator crate's `config::resolve` converts the CRD types into these.
 
+use crate::alert::AlertRule;
 use chrono::TimeDelta;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,6 +27,8 @@ pub struct Settings {
     pub max_active_series: usize,
     /// Most series one namespace keeps active at once (`usize::MAX`: no bound of its own).
     pub max_active_series_per_namespace: usize,
+    /// Which of its loops are raised as alerts (`spec.alert`); `None`: none.
+    pub alert: Option<Arc<AlertRule>>,
 }
 
 impl Default for Settings {
@@ -39,6 +42,7 @@ impl Default for Settings {
             filter: MatchFilter::default(),
             max_active_series: 100_000,
             max_active_series_per_namespace: usize::MAX,
+            alert: None,
         }
     }
 }

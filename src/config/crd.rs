@@ -86,6 +86,51 @@ pub struct EventSeriesPolicySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 10_000_000))]
     pub max_active_series_per_namespace: Option<i64>,
+    /// Which of this policy's loops are sent to Alertmanager (with `--alertmanager-url`): firing
+    /// while Ongoing, resolved when Finished. Absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alert: Option<AlertSpec>,
+}
+
+/// When a loop becomes an alert. Every condition must hold; an empty list matches anything.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AlertSpec {
+    /// Occurrences a loop must have counted before it alerts.
+    #[serde(default = "default_alert_min_count")]
+    #[schemars(range(min = 2, max = 1_000_000_000))]
+    pub min_count: i64,
+    /// How long a loop must have lasted (first to latest occurrence) before it alerts; "0": at once.
+    #[serde(default = "default_alert_min_duration")]
+    #[schemars(regex(pattern = FIRST_REFRESH_PATTERN), length(max = 32))]
+    #[x_kube(validation = Rule::new(ZERO_OR_AT_LEAST_1S).message("must be 0 or at least 1s"))]
+    pub min_duration: String,
+    /// Event types that alert (`Normal`, `Warning`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 2), inner(length(max = 16)))]
+    #[x_kube(validation = Rule::new("self.all(t, t in ['Normal', 'Warning'])")
+        .message("types are Normal or Warning"))]
+    pub types: Vec<String>,
+    /// Reasons that alert.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256), inner(length(max = 128)))]
+    pub reasons: Vec<String>,
+    /// Reasons that never alert, even if `reasons` lists them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256), inner(length(max = 128)))]
+    pub exclude_reasons: Vec<String>,
+    /// The `alertname` label (default `KubernetesEventLoop`): what Alertmanager routes and
+    /// silences by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[a-zA-Z_][a-zA-Z0-9_]*$"), length(max = 128))]
+    pub alertname: Option<String>,
+}
+
+fn default_alert_min_count() -> i64 {
+    5
+}
+fn default_alert_min_duration() -> String {
+    "0".into()
 }
 
 fn default_heartbeat() -> String {
@@ -116,6 +161,7 @@ impl Default for EventSeriesPolicySpec {
             isomorphism: Isomorphism::default(),
             max_active_series: default_max_active_series(),
             max_active_series_per_namespace: None,
+            alert: None,
         }
     }
 }

@@ -2,11 +2,14 @@
 //! [`Policy`], each invalid one a verdict naming the field, and all of them one [`PolicySet`].
 //! A policy that fails these checks is reported `Ready=False` and ignored, never half-applied.
 
-use super::crd::{EventSeriesPolicy, EventSeriesPolicySpec, NamespaceSelector, SelectorOperator};
+use super::crd::{
+    AlertSpec, EventSeriesPolicy, EventSeriesPolicySpec, NamespaceSelector, SelectorOperator,
+};
 use super::duration;
 use super::settings::{
     MatchFilter, Operator, Policy, PolicySet, Requirement, Selector, Settings, SettingsError,
 };
+use crate::alert::{AlertRule, DEFAULT_ALERTNAME};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -28,6 +31,27 @@ fn selector(sel: &NamespaceSelector) -> Selector {
             })
             .collect(),
     }
+}
+
+fn alert_rule(a: &AlertSpec) -> Result<Arc<AlertRule>, SettingsError> {
+    let min_count = u64::try_from(a.min_count)
+        .ok()
+        .filter(|n| *n >= 2)
+        .ok_or_else(|| SettingsError::Invalid {
+            field: "spec.alert.minCount",
+            message: format!("{} is not at least 2", a.min_count),
+        })?;
+    Ok(Arc::new(AlertRule {
+        min_count,
+        min_duration: duration::parse_or_off("spec.alert.minDuration", &a.min_duration)?,
+        filter: MatchFilter {
+            types: a.types.clone(),
+            reasons: a.reasons.clone(),
+            exclude_reasons: a.exclude_reasons.clone(),
+            reporting_controllers: Vec::new(),
+        },
+        alertname: Arc::from(a.alertname.as_deref().unwrap_or(DEFAULT_ALERTNAME)),
+    }))
 }
 
 /// The engine's view of one policy, or the first field that makes it unusable.
@@ -65,6 +89,7 @@ pub fn to_policy(name: &str, spec: &EventSeriesPolicySpec) -> Result<Policy, Set
             });
         }
     }
+    let alert = spec.alert.as_ref().map(alert_rule).transpose()?;
     let m = &spec.match_;
     Ok(Policy {
         name: name.to_owned(),
@@ -90,6 +115,7 @@ pub fn to_policy(name: &str, spec: &EventSeriesPolicySpec) -> Result<Policy, Set
             },
             max_active_series,
             max_active_series_per_namespace,
+            alert,
         }),
     })
 }

@@ -28,6 +28,15 @@ pub const DROP_REASONS: &[&str] = &[
     "no_timestamp",
 ];
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: String,
+}
+
+/// Every `outcome` of `alerts_sent_total`: delivered to every Alertmanager, in a post that failed
+/// (retried), or dropped (the outbox was full; a firing alert is posted again at its next resend).
+pub const ALERT_OUTCOMES: &[&str] = &["sent", "failed", "dropped"];
+
 /// Every `reason` of `series_evicted_total`.
 pub const EVICTION_REASONS: &[&str] = &[
     "max_active_series",

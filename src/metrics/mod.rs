@@ -2,9 +2,11 @@
 //! [`crate::engine::Stats`]; the shell copies them here, so the pure core needs no metrics library.
 
 mod labels;
+mod loops;
 mod process;
 
 pub use labels::*;
+pub use loops::{LoopCollector, LoopLabels, LoopRows, Loops, TypeLabel, fold};
 pub use process::{ProcessCollector, ProcessStats};
 
 use crate::engine::Stats;
@@ -50,6 +52,14 @@ pub struct Metrics {
     pub write_latency: WriteLatency,
     /// `writes_shed_total{kind}`: see [`Metrics::write_shed`].
     pub writes_shed: Family<KindLabels, Counter>,
+    /// `alerts_sent_total{outcome}`, in alerts.
+    pub alerts_sent: Family<OutcomeLabels, Counter>,
+    /// Loops alerting now (posted firing by this leader).
+    pub alerts_firing: Gauge,
+    /// Loops a policy selects for alerts beyond `--max-alerts`, not alerted.
+    pub alerts_over_limit: Gauge,
+    /// The rows of `loops{namespace,reason,type,state}` ([`Loops`]).
+    pub loop_rows: std::sync::Arc<LoopRows>,
     /// Engine counters already exported, so that [`Metrics::sync_engine`] adds only the growth.
     seen: SeenStats,
 }
@@ -93,6 +103,10 @@ impl Metrics {
         Self::register_api(r, metrics);
         Self::register_restart(r, metrics);
         Self::register_replica(r, metrics);
+        Self::register_alerts(r, metrics);
+        for outcome in ALERT_OUTCOMES {
+            metrics.alerts_sent(outcome, 0);
+        }
         for reason in DROP_REASONS {
             metrics.dropped(reason, 0);
         }
@@ -104,6 +118,29 @@ impl Metrics {
             let _ = metrics.recovery_rejected.get_or_create(&label(reason));
         }
         root
+    }
+
+    /// Loops as alerts and by namespace.
+    fn register_alerts(r: &mut Registry, m: &Metrics) {
+        r.register(
+            "alerts_sent",
+            "Alerts posted to Alertmanager (one per alert in a post), by outcome: sent (every \
+             Alertmanager took it), failed (the post failed and is retried), dropped (the outbox \
+             was full)",
+            m.alerts_sent.clone(),
+        );
+        r.register(
+            "alerts_firing",
+            "Loops this leader has posted as firing alerts and not yet resolved",
+            m.alerts_firing.clone(),
+        );
+        r.register(
+            "alerts_over_limit",
+            "Loops a policy's spec.alert selects that are not alerted because --max-alerts loops \
+             already are",
+            m.alerts_over_limit.clone(),
+        );
+        r.register_collector(Box::new(LoopCollector(m.loop_rows.clone())));
     }
 
     /// What the engine counts: occurrences and the series they make.
@@ -308,6 +345,14 @@ impl Metrics {
     }
 
     /// A currency probe answered (see [`crate::currency`]).
+    pub fn alerts_sent(&self, outcome: &str, n: u64) {
+        self.alerts_sent
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_owned(),
+            })
+            .inc_by(n);
+    }
+
     pub fn watch_probe(&self, result: &'static str) {
         self.watch_probes
             .get_or_create(&ProbeLabels { result })

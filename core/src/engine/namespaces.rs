@@ -105,6 +105,16 @@ impl Namespaces {
         self.list.get(ns as usize).map_or(0, |n| n.slot)
     }
 
+    pub fn name_ref(&self, ns: u32) -> &str {
+        self.list.get(ns as usize).map_or("", |n| &n.name)
+    }
+
+    /// The slot a namespace resolves to, if the engine has seen it.
+    pub fn slot_by_name(&self, ns: &str) -> Option<SlotIdx> {
+        let i = *self.index.get(ns)?;
+        self.list.get(i as usize).map(|n| n.slot)
+    }
+
     pub fn name(&self, ns: u32) -> Arc<str> {
         self.list
             .get(ns as usize)

@@ -1,0 +1,263 @@
+//! Every loop an alert: the loops a policy's `spec.alert` selects, posted to Alertmanager's v2 API,
+//! firing while Ongoing and resolved when Finished, evicted or gone.
+//!
+//! ```text
+//!  engine (each scan) ──loops──▶ ┌─────────┐          ┌────────────────┐
+//!  finish intents ─────────────▶ │ Planner │─alerts─▶ │ Outbox (bounded,│──POST /api/v2/alerts──▶ Alertmanager(s)
+//!                                 └─────────┘          │ coalescing)    │   retried with backoff
+//!                                                      └────────────────┘
+//! ```
+//!
+//! An alert's labels are a function of the loop alone (the series' key and start, through its
+//! derived name), so a re-post after a restart or a leader change is the same alert to
+//! Alertmanager, which then sends no second notification. The planner re-posts every firing alert
+//! before its `endsAt` runs out; a loop whose leader died stays firing through the failover.
+//! Posting never waits on the series writes nor they on it: the planner hands alerts to an
+//! [`outbox::Outbox`] without blocking, and a separate task delivers them.
+
+pub mod client;
+pub mod outbox;
+mod planner;
+mod term;
+
+pub use planner::Planner;
+pub use term::{AlertConfig, Term};
+
+use crate::alert::AlertRule;
+use crate::engine::LoopView;
+use crate::intent::Snapshot;
+use crate::key::{KeyId, KeyRef};
+use crate::object::object_name;
+use crate::visible::visible;
+use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Most characters of the note in an alert's annotations.
+const NOTE_CHARS: usize = 256;
+
+/// One alert as Alertmanager's `POST /api/v2/alerts` takes it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Alert {
+    pub labels: BTreeMap<&'static str, String>,
+    pub annotations: BTreeMap<&'static str, String>,
+    pub starts_at: DateTime<Utc>,
+    /// In the future while firing (when Alertmanager resolves it by itself if no re-post comes),
+    /// at or before now once resolved.
+    pub ends_at: DateTime<Utc>,
+}
+
+impl Alert {
+    /// The series' derived name: the alert's identity (see [`Loop::labels`]).
+    pub fn series(&self) -> &str {
+        self.labels.get("series").map_or("", String::as_str)
+    }
+
+    pub fn is_resolved(&self, now: DateTime<Utc>) -> bool {
+        self.ends_at <= now
+    }
+}
+
+/// What an alert says of one loop, taken from a live series or from its final snapshot.
+pub struct Loop<'a> {
+    pub id: KeyId,
+    pub namespace: &'a str,
+    pub key: &'a KeyRef<'a>,
+    pub note: &'a str,
+    pub count: u64,
+    pub first: DateTime<Utc>,
+    pub last: DateTime<Utc>,
+}
+
+impl<'a> Loop<'a> {
+    pub fn of_view(v: &'a LoopView<'a>) -> Loop<'a> {
+        Loop {
+            id: v.id,
+            namespace: v.namespace,
+            key: &v.key,
+            note: v.note,
+            count: v.count,
+            first: v.first,
+            last: v.last,
+        }
+    }
+
+    pub fn of_snapshot(s: &'a Snapshot, key: &'a KeyRef<'a>) -> Loop<'a> {
+        Loop {
+            id: s.id,
+            namespace: &s.namespace,
+            key,
+            note: s.key.note(),
+            count: s.count,
+            first: s.first,
+            last: s.last,
+        }
+    }
+
+    /// The labels that identify the loop: the same on every replica and after every restart.
+    /// `series` (the name derived from key and start) tells apart two loops of one object (two
+    /// containers of a Pod) and a loop that resumed after it finished.
+    fn labels(&self, rule: &AlertRule) -> BTreeMap<&'static str, String> {
+        let k = self.key;
+        let mut labels = BTreeMap::new();
+        labels.insert("alertname", rule.alertname.to_string());
+        labels.insert("namespace", visible(self.namespace));
+        labels.insert("kind", visible(k.regarding.kind));
+        labels.insert("name", visible(k.regarding.name));
+        labels.insert("reason", visible(k.reason));
+        labels.insert("type", visible(k.type_));
+        labels.insert("reporting_controller", visible(k.reporting_controller));
+        labels.insert("series", object_name(k, self.id, self.first));
+        labels
+    }
+
+    fn annotations(&self) -> BTreeMap<&'static str, String> {
+        let k = self.key;
+        let lasted = self.last - self.first;
+        let mut a = BTreeMap::new();
+        let note: String = visible(self.note).chars().take(NOTE_CHARS).collect();
+        a.insert(
+            "summary",
+            format!(
+                "{} {}/{}: {} {} times in {}",
+                visible(self.namespace),
+                visible(k.regarding.kind),
+                visible(k.regarding.name),
+                visible(k.reason),
+                self.count,
+                human(lasted)
+            ),
+        );
+        a.insert("count", self.count.to_string());
+        a.insert(
+            "started",
+            self.first.to_rfc3339_opts(SecondsFormat::Secs, true),
+        );
+        a.insert(
+            "last_seen",
+            self.last.to_rfc3339_opts(SecondsFormat::Secs, true),
+        );
+        if lasted >= TimeDelta::minutes(1) {
+            let per_minute = self.count as f64 * 60.0 / lasted.num_seconds() as f64;
+            a.insert("rate_per_minute", format!("{per_minute:.1}"));
+        }
+        a.insert("description", note);
+        a
+    }
+
+    /// The alert firing until `until` unless posted again.
+    pub fn firing(&self, rule: &AlertRule, until: DateTime<Utc>) -> Alert {
+        Alert {
+            labels: self.labels(rule),
+            annotations: self.annotations(),
+            starts_at: self.first,
+            ends_at: until,
+        }
+    }
+
+    /// The alert resolved at `at`.
+    pub fn resolved(&self, rule: &AlertRule, at: DateTime<Utc>) -> Alert {
+        Alert {
+            ends_at: at.max(self.first),
+            ..self.firing(rule, at)
+        }
+    }
+}
+
+/// `1h5m`, `4m10s`, `12s`: how long a loop has lasted, for a human.
+fn human(d: TimeDelta) -> String {
+    let s = d.num_seconds().max(0);
+    match (s / 3600, s % 3600 / 60, s % 60) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, s) => format!("{m}m{s}s"),
+        (h, m, _) => format!("{h}h{m}m"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::{ObjectRef, SeriesKey};
+
+    fn key(reason: &str) -> KeyRef<'_> {
+        SeriesKey {
+            namespace: "shop",
+            regarding: ObjectRef {
+                api_version: "v1",
+                kind: "Pod",
+                namespace: "shop",
+                name: "web-0",
+                uid: "u1",
+                field_path: "spec.containers{app}",
+            },
+            related: None,
+            action: "",
+            reason,
+            reporting_controller: "kubelet",
+            reporting_instance: "node-1",
+            type_: "Warning",
+        }
+    }
+
+    fn lp<'a>(k: &'a KeyRef<'a>, count: u64) -> Loop<'a> {
+        let first = DateTime::<Utc>::UNIX_EPOCH + TimeDelta::days(20_000);
+        Loop {
+            id: KeyId::new(7),
+            namespace: "shop",
+            key: k,
+            note: "Back-off restarting\u{1b}[2J failed container",
+            count,
+            first,
+            last: first + TimeDelta::seconds(330),
+        }
+    }
+
+    #[test]
+    fn an_alert_is_the_same_alert_whatever_its_count_and_annotations() {
+        let k = key("BackOff");
+        let rule = AlertRule::default();
+        let now = DateTime::<Utc>::UNIX_EPOCH + TimeDelta::days(20_001);
+        let a = lp(&k, 5).firing(&rule, now);
+        let b = lp(&k, 50).firing(&rule, now + TimeDelta::minutes(1));
+        assert_eq!(a.labels, b.labels);
+        assert_ne!(a.annotations, b.annotations);
+        assert_eq!(a.labels["alertname"], "KubernetesEventLoop");
+        assert_eq!(a.labels["kind"], "Pod");
+        assert_eq!(a.labels["name"], "web-0");
+        assert!(a.series().starts_with("web-0."), "{}", a.series());
+        assert_eq!(a.annotations["count"], "5");
+        assert_eq!(
+            a.annotations["summary"],
+            "shop Pod/web-0: BackOff 5 times in 5m30s"
+        );
+        assert_eq!(a.annotations["rate_per_minute"], "0.9");
+        assert!(!a.annotations["description"].contains('\u{1b}'));
+        assert!(a.annotations["description"].contains("^[[2J"));
+        let r = lp(&k, 5).resolved(&rule, now);
+        assert!(r.is_resolved(now) && !a.is_resolved(now - TimeDelta::seconds(1)));
+        assert_eq!(r.labels, a.labels);
+    }
+
+    #[test]
+    fn two_reasons_of_one_object_are_two_alerts() {
+        let (k1, k2) = (key("BackOff"), key("Unhealthy"));
+        let rule = AlertRule::default();
+        let now = DateTime::<Utc>::UNIX_EPOCH;
+        assert_ne!(
+            lp(&k1, 5).firing(&rule, now).labels,
+            lp(&k2, 5).firing(&rule, now).labels
+        );
+    }
+
+    #[test]
+    fn alerts_serialise_as_alertmanager_takes_them() {
+        let k = key("BackOff");
+        let a = lp(&k, 5).firing(&AlertRule::default(), DateTime::<Utc>::UNIX_EPOCH);
+        let json = serde_json::to_value([&a]).unwrap();
+        assert!(json[0]["labels"]["alertname"].is_string());
+        assert!(json[0]["startsAt"].as_str().unwrap().ends_with('Z'));
+        assert!(json[0]["endsAt"].is_string());
+        assert_eq!(json[0]["annotations"]["count"], "5");
+    }
+}
