@@ -11,17 +11,17 @@
 //!  input clock (crate::currency): proofs from the watch, and a probe while a finish is held
 //! ```
 
-use crate::alerts::{AlertConfig, Term};
+use crate::alerts::{AlertConfig, Loops};
 use crate::config::Settings;
 use crate::config::policy_watch::{PolicyWatch, Update};
 use crate::currency::{self, Currency, Proof};
 use crate::engine::{Engine, EngineConfig};
 use crate::feed::{Arrival, feed};
 use crate::health::Health;
-use crate::intent::{Intent, WriteKind};
+use crate::intent::Intent;
 use crate::key::RawId;
 use crate::leader::WriteFence;
-use crate::metrics::{self, Metrics};
+use crate::metrics::Metrics;
 use crate::paging::PageSize;
 use crate::restart::{self, Restart};
 use crate::watch::{Step, raw_events};
@@ -76,26 +76,6 @@ const HOUSEKEEPING: Duration = Duration::from_secs(10);
 
 /// How often the loops are scanned for alerts that begin (or re-posts that are due).
 const ALERT_SCAN: Duration = Duration::from_secs(5);
-
-/// What the controller derives from the engine besides writes: the `loops` gauge, and the alerts
-/// when an Alertmanager is configured.
-struct Loops {
-    gauge: metrics::Loops,
-    alerts: Option<Term>,
-}
-
-impl Loops {
-    fn intent(&mut self, engine: &Engine, intent: &Intent) {
-        if let WriteKind::Finish(_) = intent.kind {
-            let key = intent.series.key.view();
-            self.gauge
-                .finished(&intent.series.namespace, key.reason, key.type_, intent.due);
-        }
-        if let Some(alerts) = &mut self.alerts {
-            alerts.intent(engine, intent);
-        }
-    }
-}
 
 fn scoped<K>(client: &Client, namespace: &Option<String>) -> Api<K>
 where
@@ -365,18 +345,12 @@ pub async fn run(
         )
         .tell(&mut current);
     }
-    let mut seen = Loops {
-        gauge: metrics::Loops::new(
-            config.max_loop_label_sets,
-            config.event_ttl,
-            metrics.loop_rows.clone(),
-        ),
-        alerts: config
-            .alerts
-            .as_ref()
-            .map(|c| Term::start(c, metrics.clone()))
-            .transpose()?,
-    };
+    let mut seen = Loops::new(
+        config.alerts.as_ref(),
+        config.max_loop_label_sets,
+        config.event_ttl,
+        &metrics,
+    )?;
     let mut alert_scan = tokio::time::interval(ALERT_SCAN);
     alert_scan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let raw_api: Api<Event> = scoped(&client, &config.namespace);
@@ -439,13 +413,11 @@ pub async fn run(
                 engine.housekeep(now);
                 metrics.set_ongoing_ages(engine.ongoing_longer_than(now, Metrics::ongoing_bounds()));
                 if restart.is_none() {
-                    seen.gauge.update(&engine, now);
+                    seen.housekeep(&engine, now);
                 }
             }
-            _ = alert_scan.tick(), if restart.is_none() && seen.alerts.is_some() => {
-                if let Some(alerts) = &mut seen.alerts {
-                    alerts.scan(&engine, Utc::now());
-                }
+            _ = alert_scan.tick(), if restart.is_none() && seen.alerting() => {
+                seen.scan(&engine, Utc::now());
             }
             s = &mut shutdown => {
                 stop = s;

@@ -21,7 +21,7 @@ mod planner;
 mod term;
 
 pub use planner::Planner;
-pub use term::{AlertConfig, Term};
+pub use term::{AlertConfig, Loops, Term};
 
 use crate::alert::AlertRule;
 use crate::engine::LoopView;

@@ -78,3 +78,54 @@ impl Drop for Term {
         self.delivery.abort();
     }
 }
+
+/// What the controller derives from the engine besides writes: the `loops` gauge, and the alerts
+/// when an Alertmanager is configured.
+pub struct Loops {
+    gauge: crate::metrics::Loops,
+    alerts: Option<Term>,
+}
+
+impl Loops {
+    pub fn new(
+        alerts: Option<&AlertConfig>,
+        max_label_sets: usize,
+        event_ttl: TimeDelta,
+        metrics: &Arc<Metrics>,
+    ) -> anyhow::Result<Loops> {
+        Ok(Loops {
+            gauge: crate::metrics::Loops::new(max_label_sets, event_ttl, metrics.loop_rows.clone()),
+            alerts: alerts
+                .map(|c| Term::start(c, metrics.clone()))
+                .transpose()?,
+        })
+    }
+
+    pub fn alerting(&self) -> bool {
+        self.alerts.is_some()
+    }
+
+    /// An intent on its way to the writer.
+    pub fn intent(&mut self, engine: &Engine, intent: &Intent) {
+        if let WriteKind::Finish(_) = intent.kind {
+            let key = intent.series.key.view();
+            self.gauge
+                .finished(&intent.series.namespace, key.reason, key.type_, intent.due);
+        }
+        if let Some(alerts) = &mut self.alerts {
+            alerts.intent(engine, intent);
+        }
+    }
+
+    /// The gauge, refreshed on the housekeeping schedule.
+    pub fn housekeep(&mut self, engine: &Engine, now: DateTime<Utc>) {
+        self.gauge.update(engine, now);
+    }
+
+    /// The alert scan.
+    pub fn scan(&mut self, engine: &Engine, now: DateTime<Utc>) {
+        if let Some(alerts) = &mut self.alerts {
+            alerts.scan(engine, now);
+        }
+    }
+}
