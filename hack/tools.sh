@@ -2,10 +2,11 @@
 # Builds the tools the manifest tests need, from their Go modules, into target/tools/bin:
 #   helm      (helm.sh/helm/v3)                     helm lint, helm template of charts/event-series
 #   promtool  (github.com/prometheus/prometheus)    promtool check rules of config/prometheus
+#   alertmanager (github.com/prometheus/alertmanager) the loop alerts' end-to-end tests and the demo
 #   kwok      (sigs.k8s.io/kwok)                     simulated nodes and pods for bench/scale.sh (only when named)
 #   cargo-cyclonedx (crates.io)                      the release's SBOM, hack/release.sh (only when named)
 # A tool is rebuilt only when its version below changes, so a second run takes milliseconds.
-# Usage: hack/tools.sh [name...]   (default: both)
+# Usage: hack/tools.sh [name...]   (default: helm, promtool and alertmanager)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -14,6 +15,8 @@ declare -A MODULE=(
   [helm]="helm.sh/helm/v3/cmd/helm@v3.22.0"
   [promtool]="github.com/prometheus/prometheus/cmd/promtool@v0.316.0"
   [kwok]="sigs.k8s.io/kwok/cmd/kwok@v0.8.0"
+  # v0.32 and later embed a web UI their module zips do not hold (go install fails on ui/app/dist).
+  [alertmanager]="github.com/prometheus/alertmanager/cmd/alertmanager@v0.31.1"
 )
 
 command -v go >/dev/null 2>&1 || export PATH="$PATH:/usr/local/go/bin"
@@ -21,7 +24,7 @@ command -v go >/dev/null 2>&1 || { echo "tools: go not found (need Go >= 1.26)" 
 mkdir -p "$BIN"
 
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(helm promtool)
+[ ${#names[@]} -gt 0 ] || names=(helm promtool alertmanager)
 for name in "${names[@]}"; do
   if [ "$name" = cargo-cyclonedx ]; then
     # A Rust tool: cargo install at a pinned version, into target/tools/bin.

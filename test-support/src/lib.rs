@@ -1,5 +1,6 @@
 //! What the event-series test suites, benchmarks and fuzz targets share, each written once:
 //!
+//! - [`alertmanager`]: a real Alertmanager whose receiver is a webhook served by the test;
 //! - [`audit`]: the test apiserver's audit log of series and Lease writes;
 //! - [`proxy`]: a fault-injection TCP proxy (freeze, reset, latency) in front of the apiserver;
 //! - [`raw`]: raw core/v1 Events as the kubelet's recorder writes them;
@@ -15,6 +16,7 @@
 //!
 //! Not published: it exists for this repository's own targets.
 
+pub mod alertmanager;
 pub mod audit;
 pub mod check;
 pub mod cluster;

@@ -1,6 +1,7 @@
 //! End-to-end tests against a real kube-apiserver and etcd (the cluster fixture is
 //! `event_series_test_support::cluster`).
 
+mod alerts;
 mod currency;
 mod economy;
 mod flood;

@@ -1,0 +1,316 @@
+//! Every loop an alert (README, Loop alerts): a real Alertmanager whose receiver is a webhook of the
+//! test, so that what is asserted is what a team's pager would get. Each policy here selects only
+//! its test's namespace.
+
+use crate::OPERATOR;
+use crate::operator::{count, emit, state, wait_for};
+use anyhow::{Context, Result, bail, ensure};
+use event_series_test_support::alertmanager::{Alertmanager, Webhook};
+use event_series_test_support::cluster::{TestNamespace, apply_on, client, kubeconfig, kubectl};
+use event_series_test_support::process::Operator;
+use std::time::{Duration, Instant};
+
+/// A policy for namespace `ns` only: loops finish 6 s after their last occurrence, and Warning
+/// loops of at least three occurrences alert.
+fn policy(ns: &str, heartbeat: &str) -> Result<String> {
+    let name = format!("alerts-{ns}");
+    apply_on(
+        kubeconfig(),
+        &format!(
+            "apiVersion: eventseries.dev/v1alpha1\nkind: EventSeriesPolicy\nmetadata:\n  name: {name}\n\
+             spec:\n  namespaceSelector:\n    matchLabels: {{kubernetes.io/metadata.name: {ns}}}\n  \
+             finishAfter: 6s\n  seriesWindow: 6s\n  firstRefresh: \"0\"\n  heartbeatInterval: {heartbeat}\n  \
+             alert:\n    minCount: 3\n    types: [Warning]\n"
+        ),
+        &[],
+    )?;
+    Ok(name)
+}
+
+/// A crash loop of one Pod through client-go's legacy recorder, `count` occurrences a second apart
+/// (at most 25: the recorder's spam filter lets 25 through, then one per 5 minutes), in a thread
+/// of its own; it returns the occurrences the API server took.
+fn crashloop_for(ns: &str, count: u32) -> std::thread::JoinHandle<Result<u64>> {
+    let (ns, count) = (ns.to_owned(), count.to_string());
+    std::thread::spawn(move || {
+        emit(
+            &ns,
+            &[
+                "--scenario",
+                "crashloop",
+                "--pods",
+                "1",
+                "--rate",
+                "1",
+                "--count",
+                &count,
+            ],
+        )
+        .map(|truth| truth.iter().map(|t| t.api_count).sum())
+    })
+}
+
+fn joined<T>(t: std::thread::JoinHandle<Result<T>>) -> Result<T> {
+    match t.join() {
+        Ok(r) => r,
+        Err(_) => bail!("the emitter thread panicked"),
+    }
+}
+
+async fn until(what: &str, within: Duration, check: impl Fn() -> bool) -> Result<()> {
+    let deadline = Instant::now() + within;
+    while !check() {
+        ensure!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Ok(())
+}
+
+/// `(firing, resolved)` notifications of the namespace's BackOff loop.
+fn notified(hook: &Webhook, ns: &str) -> (usize, usize) {
+    let alerts = hook.alerts_with(&[("namespace", ns), ("reason", "BackOff")]);
+    let firing = alerts.iter().filter(|(s, _)| s == "firing").count();
+    (firing, alerts.len() - firing)
+}
+
+fn operator(
+    ns: &str,
+    log: &str,
+    am: &Alertmanager,
+    resend: &str,
+    extra: &[&str],
+) -> Result<Operator> {
+    let url = am.url();
+    let mut args = vec![
+        "--namespace",
+        ns,
+        "--alertmanager-url",
+        &url,
+        "--alert-resend-interval",
+        resend,
+    ];
+    args.extend_from_slice(extra);
+    OPERATOR.launch(kubeconfig(), log, &args)
+}
+
+/// A Warning loop raises one firing notification once it has counted minCount occurrences, none
+/// again while it is posted again and again (every 2 s for 15 s), and one resolved notification
+/// when it is Finished, carrying the final count. A Normal loop beside it, which the policy's
+/// `alert.types` leaves out, raises nothing.
+#[tokio::test]
+async fn a_loop_notifies_once_when_it_starts_and_once_when_it_ends() -> Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::new(&client, "alert_once").await?;
+    let hook = Webhook::start()?;
+    let am = Alertmanager::start(&hook, &ns.name)?;
+    let policy = policy(&ns.name, "1h")?;
+    let op = operator(&ns.name, &ns.name, &am, "2s", &[])?;
+    let normal_ns = ns.name.clone();
+    let normal = std::thread::spawn(move || {
+        emit(
+            &normal_ns,
+            &[
+                "--scenario",
+                "varying",
+                "--pods",
+                "1",
+                "--rate",
+                "2",
+                "--count",
+                "10",
+            ],
+        )
+        .map(drop)
+    });
+    joined(crashloop_for(&ns.name, 15))?;
+    joined(normal)?;
+    let finished = wait_for(&client, &ns.name, "both loops Finished", |o| {
+        o.len() == 2 && o.iter().all(|e| state(e) == "Finished")
+    })
+    .await?;
+    until("the resolved notification", Duration::from_secs(30), || {
+        notified(&hook, &ns.name).1 >= 1
+    })
+    .await?;
+    let backoff = finished
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("BackOff"))
+        .context("the BackOff series")?;
+    let alerts = hook.alerts_with(&[("namespace", &ns.name)]);
+    println!("notifications: {alerts:#?}");
+    assert_eq!(
+        notified(&hook, &ns.name),
+        (1, 1),
+        "one firing, one resolved"
+    );
+    let (_, resolved) = alerts
+        .iter()
+        .find(|(s, _)| s == "resolved")
+        .context("resolved")?;
+    assert_eq!(
+        resolved["annotations"]["count"],
+        count(backoff).to_string(),
+        "the resolved alert carries the final count"
+    );
+    assert_eq!(resolved["labels"]["alertname"], "KubernetesEventLoop");
+    assert_eq!(resolved["labels"]["kind"], "Pod");
+    let (_, firing) = alerts
+        .iter()
+        .find(|(s, _)| s == "firing")
+        .context("firing")?;
+    let at_firing: u64 = firing["annotations"]["count"]
+        .as_str()
+        .and_then(|c| c.parse().ok())
+        .context("count")?;
+    assert!(at_firing >= 3, "fired at count {at_firing}, below minCount");
+    assert!(
+        alerts
+            .iter()
+            .all(|(_, a)| a["labels"]["reason"] == "BackOff"),
+        "the Normal loop raised nothing"
+    );
+    let sent = op.metric("event_series_alerts_sent_total{outcome=\"sent\"}");
+    assert!(
+        sent >= 4.0,
+        "posted again and again, yet one notification ({sent} sent)"
+    );
+    assert_eq!(
+        op.metric("event_series_alerts_sent_total{outcome=\"failed\"}"),
+        0.0
+    );
+    kubectl(&["delete", "eventseriespolicy", &policy])?;
+    ns.cleanup().await
+}
+
+/// The leader is killed mid-loop: the standby rebuilds the loop from its series object and posts the
+/// same alert (labels derived from key and start), so Alertmanager holds one alert and the webhook
+/// gets no second firing notification; the standby resolves it when the loop ends.
+#[tokio::test]
+async fn a_standby_posts_the_same_alert_after_the_leader_is_killed() -> Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::new(&client, "alert_failover").await?;
+    let hook = Webhook::start()?;
+    let am = Alertmanager::start(&hook, &ns.name)?;
+    let policy = policy(&ns.name, "1h")?;
+    let ha = |id: &'static str| -> Result<Operator> {
+        let lease = [
+            "--leader-elect",
+            "--lease-namespace",
+            &ns.name,
+            "--instance",
+            id,
+            "--lease-duration",
+            "4s",
+            "--renew-deadline",
+            "3s",
+            "--retry-period",
+            "1s",
+        ];
+        operator(&ns.name, &format!("{}-{id}", ns.name), &am, "5s", &lease)
+    };
+    let a = ha("a")?;
+    until("a leading", Duration::from_secs(20), || {
+        a.metric("event_series_leader") == 1.0
+    })
+    .await?;
+    let b = ha("b")?;
+    let storm = crashloop_for(&ns.name, 25);
+    until("the firing notification", Duration::from_secs(30), || {
+        notified(&hook, &ns.name).0 == 1
+    })
+    .await?;
+    a.kill9()?;
+    until("b leading", Duration::from_secs(15), || {
+        b.metric("event_series_leader") == 1.0
+    })
+    .await?;
+    until("b's first post", Duration::from_secs(30), || {
+        b.metric("event_series_alerts_sent_total{outcome=\"sent\"}") >= 1.0
+    })
+    .await?;
+    let held: Vec<_> = am
+        .alerts()?
+        .into_iter()
+        .filter(|a| a["labels"]["namespace"] == ns.name.as_str())
+        .collect();
+    assert_eq!(held.len(), 1, "one alert in Alertmanager: {held:#?}");
+    assert_eq!(held[0]["status"]["state"], "active");
+    let total = joined(storm)?;
+    let done = wait_for(&client, &ns.name, "the loop Finished", |o| {
+        o.len() == 1 && state(&o[0]) == "Finished"
+    })
+    .await?;
+    until("the resolved notification", Duration::from_secs(30), || {
+        notified(&hook, &ns.name).1 >= 1
+    })
+    .await?;
+    assert_eq!(
+        notified(&hook, &ns.name),
+        (1, 1),
+        "{:#?}",
+        hook.notifications()
+    );
+    assert_eq!(count(&done[0]), total);
+    kubectl(&["delete", "eventseriespolicy", &policy])?;
+    ns.cleanup().await
+}
+
+/// Alertmanager stops for 15 s mid-loop and comes back: the series object was written all along
+/// (heartbeats every 3 s), the failed posts were retried, the alert is held again afterwards, and
+/// the webhook got one firing and one resolved notification, no more.
+#[tokio::test]
+async fn alertmanager_down_mid_loop_delays_alerts_not_writes() -> Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::new(&client, "alert_am_down").await?;
+    let hook = Webhook::start()?;
+    let mut am = Alertmanager::start(&hook, &ns.name)?;
+    let policy = policy(&ns.name, "3s")?;
+    let op = operator(&ns.name, &ns.name, &am, "2s", &[])?;
+    let storm = crashloop_for(&ns.name, 25);
+    until("the firing notification", Duration::from_secs(30), || {
+        notified(&hook, &ns.name).0 == 1
+    })
+    .await?;
+    am.stop()?;
+    let before = wait_for(&client, &ns.name, "the series", |o| o.len() == 1).await?;
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let during = wait_for(&client, &ns.name, "the series", |o| o.len() == 1).await?;
+    assert!(
+        count(&during[0]) >= count(&before[0]) + 10,
+        "the series was written while Alertmanager was down: {} then {}",
+        count(&before[0]),
+        count(&during[0])
+    );
+    let failed = op.metric("event_series_alerts_sent_total{outcome=\"failed\"}");
+    assert!(failed >= 1.0, "posts failed while it was down");
+    am.resume()?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let held = am.alerts()?;
+        if held
+            .iter()
+            .any(|a| a["labels"]["namespace"] == ns.name.as_str())
+        {
+            break;
+        }
+        ensure!(Instant::now() < deadline, "the alert was not posted again");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let total = joined(storm)?;
+    wait_for(&client, &ns.name, "the loop Finished", |o| {
+        o.len() == 1 && state(&o[0]) == "Finished" && count(&o[0]) == total
+    })
+    .await?;
+    until("the resolved notification", Duration::from_secs(60), || {
+        notified(&hook, &ns.name).1 >= 1
+    })
+    .await?;
+    assert_eq!(
+        notified(&hook, &ns.name),
+        (1, 1),
+        "{:#?}",
+        hook.notifications()
+    );
+    kubectl(&["delete", "eventseriespolicy", &policy])?;
+    ns.cleanup().await
+}
