@@ -314,3 +314,107 @@ async fn alertmanager_down_mid_loop_delays_alerts_not_writes() -> Result<()> {
     kubectl(&["delete", "eventseriespolicy", &policy])?;
     ns.cleanup().await
 }
+
+/// 10,000 loops in 1,000 namespaces: `event_series_loops` keeps its 100 largest label sets and
+/// sums the other 900 into `other`, losing no loop; alerts stop at `--max-alerts` (1,000), the rest
+/// counted, and Alertmanager holds exactly those.
+#[tokio::test]
+async fn ten_thousand_loops_in_a_thousand_namespaces_stay_within_the_caps() -> Result<()> {
+    use event_series_test_support::cluster::{Dedicated, client_for};
+    use event_series_test_support::raw::{create_all, kubelet_backoff};
+    use futures::{StreamExt, TryStreamExt};
+    use k8s_openapi::api::core::v1::{Event as CoreEvent, Namespace};
+    use kube::api::{Api, PostParams};
+    const NAMESPACES: usize = 1_000;
+    const PER_NAMESPACE: usize = 10;
+    let cluster = Dedicated::start("loops", &[])?;
+    let kc = cluster.kubeconfig.as_path();
+    let admin = client_for(kc).await?;
+    apply_on(
+        kc,
+        "apiVersion: eventseries.dev/v1alpha1\nkind: EventSeriesPolicy\nmetadata:\n  name: all\n\
+         spec:\n  finishAfter: 10m\n  seriesWindow: 10m\n  alert:\n    minCount: 2\n",
+        &[],
+    )?;
+    let hook = Webhook::start()?;
+    let am = Alertmanager::start(&hook, "loops")?;
+    let url = am.url();
+    let op = OPERATOR.launch(
+        kc,
+        "loops",
+        &[
+            "--max-loop-label-sets",
+            "100",
+            "--max-alerts",
+            "1000",
+            "--alertmanager-url",
+            &url,
+        ],
+    )?;
+    let names: Vec<String> = (0..NAMESPACES).map(|i| format!("loops-{i:04}")).collect();
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    futures::stream::iter(names.iter())
+        .map(|name| {
+            let namespaces = namespaces.clone();
+            async move {
+                let ns: Namespace = serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": name}
+                }))?;
+                namespaces.create(&PostParams::default(), &ns).await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(16)
+        .try_collect::<Vec<()>>()
+        .await?;
+    for name in &names {
+        let api: Api<CoreEvent> = Api::namespaced(admin.clone(), name);
+        let raws = (0..PER_NAMESPACE)
+            .map(|i| kubelet_backoff(name, &format!("web-{i}.raw"), &format!("web-{i}"), 2));
+        create_all(&api, raws, 16).await?;
+    }
+    let loops = (NAMESPACES * PER_NAMESPACE) as f64;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let scrape = loop {
+        let (_, text) = op.get("/metrics").unwrap_or_default();
+        let ongoing: f64 = text
+            .lines()
+            .filter(|l| l.starts_with("event_series_loops{") && l.contains("state=\"Ongoing\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        if ongoing == loops && op.metric("event_series_alerts_firing") == 1000.0 {
+            break text;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "loops {ongoing} of {loops}, alerts firing {}",
+            op.metric("event_series_alerts_firing")
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    let sets = scrape
+        .lines()
+        .filter(|l| l.starts_with("event_series_loops{"))
+        .count();
+    println!("event_series_loops: {sets} label sets for {loops} loops");
+    assert!(sets <= 101, "{sets} label sets, cap 100 (+1 for `other`)");
+    assert!(
+        scrape.contains("event_series_loops{namespace=\"other\",reason=\"other\",type=\"other\",state=\"Ongoing\"} 9000"),
+        "the 900 smallest namespaces summed into other"
+    );
+    assert_eq!(op.metric("event_series_loop_label_sets_folded"), 900.0);
+    assert_eq!(op.metric("event_series_alerts_over_limit"), loops - 1000.0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while am.alerts()?.len() != 1000 {
+        ensure!(
+            Instant::now() < deadline,
+            "Alertmanager holds {} alerts",
+            am.alerts()?.len()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert_eq!(op.metric("event_series_alerts_sent_total{outcome=\"dropped\"}"), 0.0);
+    drop(op);
+    drop(cluster);
+    Ok(())
+}
