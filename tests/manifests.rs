@@ -401,6 +401,69 @@ fn the_values_schema_refuses_wrong_values_by_name_and_placement_values_render() 
     assert!(args.contains(&Value::from("--log-level=debug")), "{args:?}");
 }
 
+/// `alertmanager.*` values: the flags, the credentials Secret mounted where the flags point, and
+/// egress to Alertmanager and DNS; a URL that is not http(s) is refused by the schema.
+#[test]
+fn the_chart_sends_loops_to_alertmanager_with_credentials_from_a_secret() {
+    let Some(helm) = tool("target/tools/bin/helm") else {
+        return;
+    };
+    let rendered = helm_template(
+        &helm,
+        &[
+            "alertmanager.urls={https://am-0.monitoring:9093,https://am-1.monitoring:9093}",
+            "alertmanager.secret.name=am-credentials,alertmanager.secret.caKey=ca.crt",
+            "alertmanager.secret.tokenKey=token,alertmanager.resendInterval=30s",
+        ],
+    );
+    let find = |kind: &str| {
+        rendered
+            .iter()
+            .find(|(k, _)| k.0 == kind)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("a {kind}"))
+    };
+    let pod = find("Deployment")["spec"]["template"]["spec"].clone();
+    let args: Vec<String> = pod["containers"][0]["args"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a.as_str().map(str::to_owned))
+        .collect();
+    for want in [
+        "--alertmanager-url=https://am-0.monitoring:9093,https://am-1.monitoring:9093",
+        "--alert-resend-interval=30s",
+        "--alertmanager-ca-file=/etc/event-series/alertmanager/ca.crt",
+        "--alertmanager-bearer-token-file=/etc/event-series/alertmanager/token",
+    ] {
+        assert!(args.iter().any(|a| a == want), "{want} missing: {args:?}");
+    }
+    assert!(
+        !args.iter().any(|a| a.starts_with("--max-alerts")),
+        "a default is not repeated"
+    );
+    assert_eq!(pod["volumes"][0]["secret"]["secretName"], "am-credentials");
+    assert_eq!(
+        pod["containers"][0]["volumeMounts"][0]["mountPath"],
+        "/etc/event-series/alertmanager"
+    );
+    let egress = find("NetworkPolicy")["spec"]["egress"].to_string();
+    assert!(egress.contains("9093") && egress.contains("53"), "{egress}");
+    let out = Command::new(&helm)
+        .args([
+            "template",
+            "event-series",
+            CHART,
+            "--set",
+            "alertmanager.urls={am:9093}",
+        ])
+        .current_dir(repo_root())
+        .output()
+        .expect("helm runs");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("alertmanager/urls/0"));
+}
+
 /// The CRD in the chart is the generated one.
 #[test]
 fn the_chart_crd_is_the_generated_crd() {

@@ -20,7 +20,12 @@ pub struct Webhook {
 
 impl Webhook {
     pub fn start() -> Result<Webhook> {
-        let listener = TcpListener::bind("127.0.0.1:0")?;
+        Webhook::start_on([127, 0, 0, 1].into())
+    }
+
+    /// On `ip`: loopback, or the node's bridge address for Pods to reach.
+    pub fn start_on(ip: std::net::IpAddr) -> Result<Webhook> {
+        let listener = TcpListener::bind((ip, 0))?;
         let addr = listener.local_addr()?;
         let received = Arc::new(Mutex::new(Vec::new()));
         let sink = received.clone();
@@ -98,6 +103,11 @@ pub struct Alertmanager {
 
 impl Alertmanager {
     pub fn start(webhook: &Webhook, name: &str) -> Result<Alertmanager> {
+        Alertmanager::start_on([127, 0, 0, 1].into(), webhook, name)
+    }
+
+    /// Listening on `ip` (loopback, or the node's bridge address for the operator's Pods).
+    pub fn start_on(ip: std::net::IpAddr, webhook: &Webhook, name: &str) -> Result<Alertmanager> {
         let dir = repo_root()
             .join("target/test-alertmanager")
             .join(format!("{name}-{}", std::process::id()));
@@ -112,9 +122,9 @@ impl Alertmanager {
                 webhook.url()
             ),
         )?;
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = TcpListener::bind((ip, 0))?.local_addr()?.port();
         let mut am = Alertmanager {
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            addr: SocketAddr::new(ip, port),
             dir,
             child: None,
         };

@@ -22,6 +22,9 @@ use std::time::{Duration, Instant};
 
 /// Where the operator runs on the node.
 pub const NAMESPACE: &str = "event-series-system";
+/// The node's address on its bridge (hack/envtest-lib.sh): where a service of the tests listens for
+/// the operator's Pods to reach it.
+pub const NODE_IP: &str = "10.244.0.1";
 /// The label every node test namespace carries, which the tests' policy selects.
 pub const TEST_LABEL: &str = "event-series.dev/node-test";
 
@@ -86,7 +89,8 @@ fn install(kubeconfig: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Three policies for the node tests: `fast` writes a heartbeat every 30 s (so a test sees the count
+/// Four policies for the node tests (`alerts` is `fast` with Warning loops of 3 or more alerting):
+/// `fast` writes a heartbeat every 30 s (so a test sees the count
 /// grow) and finishes a loop after 45 s of quiet (the kubelet's crash-loop BackOff comes every 10 to
 /// 20 s here); `note` does the same and also keys by the message; `fresh` keeps the default
 /// heartbeat (30m) and early refreshes (1m), so that only the refreshes make the count grow.
@@ -128,6 +132,21 @@ spec:
   firstRefresh: 1m
   finishAfter: 45s
   seriesWindow: 5m
+---
+apiVersion: eventseries.dev/v1alpha1
+kind: EventSeriesPolicy
+metadata:
+  name: node-tests-alerts
+spec:
+  namespaceSelector:
+    matchLabels:
+      event-series.dev/node-test: alerts
+  heartbeatInterval: 30s
+  finishAfter: 45s
+  seriesWindow: 5m
+  alert:
+    minCount: 3
+    types: [Warning]
 "#;
 
 /// The operator's Pods that are Ready, by name.

@@ -413,7 +413,10 @@ async fn ten_thousand_loops_in_a_thousand_namespaces_stay_within_the_caps() -> R
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    assert_eq!(op.metric("event_series_alerts_sent_total{outcome=\"dropped\"}"), 0.0);
+    assert_eq!(
+        op.metric("event_series_alerts_sent_total{outcome=\"dropped\"}"),
+        0.0
+    );
     drop(op);
     drop(cluster);
     Ok(())
