@@ -349,8 +349,9 @@ pub async fn run(
         config.alerts.as_ref(),
         config.max_loop_label_sets,
         config.event_ttl,
-        &metrics,
+        (&metrics, &health),
     )?;
+    health.alerts_required(seen.alerting() && alerts_required(policies.set()));
     let mut alert_scan = tokio::time::interval(ALERT_SCAN);
     alert_scan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let raw_api: Api<Event> = scoped(&client, &config.namespace);
@@ -383,7 +384,10 @@ pub async fn run(
                 None => anyhow::bail!("raw event watch ended"),
             },
             update = policies.next() => match update? {
-                Update::Policies(set) => engine.set_policies(Utc::now(), set),
+                Update::Policies(set) => {
+                    health.alerts_required(seen.alerting() && alerts_required(&set));
+                    engine.set_policies(Utc::now(), set);
+                }
                 Update::Namespaces { changed, removed } => {
                     let now = Utc::now();
                     for (ns, labels) in changed {
@@ -444,6 +448,16 @@ pub async fn run(
         (_, None) => {}
     }
     Ok(stop)
+}
+
+/// Whether a policy in force requires its alerts delivered (`spec.alert.required`).
+fn alerts_required(set: &crate::config::settings::PolicySet) -> bool {
+    (0..set.slots()).any(|slot| {
+        set.settings(slot)
+            .alert
+            .as_ref()
+            .is_some_and(|a| a.required)
+    })
 }
 
 /// The answer of the currency probe in flight, if any (never resolves without one).

@@ -20,6 +20,9 @@ pub enum Unready {
     Recovering,
     WatchStalled,
     WritesStuck,
+    /// A policy requires its alerts (`spec.alert.required`) and none reached Alertmanager for
+    /// longer than the request timeout.
+    AlertsUndelivered,
 }
 
 impl Unready {
@@ -28,6 +31,7 @@ impl Unready {
             Unready::Recovering => "recovering",
             Unready::WatchStalled => "watch stalled",
             Unready::WritesStuck => "writes making no progress",
+            Unready::AlertsUndelivered => "required alerts not reaching Alertmanager",
         }
     }
 }
@@ -41,6 +45,8 @@ struct State {
     writes_stuck_since: Option<Instant>,
     /// The last progress of a restore under way (a page of its list), while one is.
     restore_progress: Option<Instant>,
+    alerts_required: bool,
+    alerts_failing_since: Option<Instant>,
 }
 
 /// The readiness decision: pure, on the state and the bounds.
@@ -62,6 +68,12 @@ fn judge(
         .is_some_and(|t| now.saturating_duration_since(t) > request_timeout)
     {
         return Err(Unready::WritesStuck);
+    }
+    if s.alerts_required
+        && s.alerts_failing_since
+            .is_some_and(|t| now.saturating_duration_since(t) > request_timeout)
+    {
+        return Err(Unready::AlertsUndelivered);
     }
     Ok(())
 }
@@ -147,6 +159,16 @@ impl Health {
     pub fn writes_stuck_since(&self, since: Option<Instant>) {
         self.update(|s| s.writes_stuck_since = since);
     }
+
+    /// Whether a policy in force requires its alerts (and an Alertmanager is configured).
+    pub fn alerts_required(&self, required: bool) {
+        self.update(|s| s.alerts_required = required);
+    }
+
+    /// Since when every post of alerts has failed; `None` after one went through.
+    pub fn alerts_failing_since(&self, since: Option<Instant>) {
+        self.update(|s| s.alerts_failing_since = since);
+    }
 }
 
 #[cfg(test)]
@@ -166,6 +188,21 @@ mod tests {
         assert_eq!(h.liveness(t0 + s(62)), Ok(()), "a page arrived");
         h.restore_progress(None);
         assert_eq!(h.liveness(t0 + s(3600)), Ok(()), "restored");
+    }
+
+    #[test]
+    fn unready_while_required_alerts_fail_for_the_request_timeout() {
+        let t0 = Instant::now();
+        let s = |secs| Duration::from_secs(secs);
+        let h = Health::new(s(15), s(30));
+        h.set_recovered(true);
+        h.alerts_failing_since(Some(t0));
+        assert_eq!(h.readiness(t0 + s(60)), Ok(()), "not required: ready");
+        h.alerts_required(true);
+        assert_eq!(h.readiness(t0 + s(30)), Ok(()));
+        assert_eq!(h.readiness(t0 + s(31)), Err(Unready::AlertsUndelivered));
+        h.alerts_failing_since(None);
+        assert_eq!(h.readiness(t0 + s(60)), Ok(()), "delivered again");
     }
 
     #[test]

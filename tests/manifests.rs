@@ -504,7 +504,7 @@ fn the_alert_rules_pass_promtool() {
     let out = run(&promtool, &["check", "rules", &path.to_string_lossy()]);
     let _ = std::fs::remove_file(&path);
     println!("{out}");
-    assert!(out.contains("SUCCESS: 11 rules found"), "{out}");
+    assert!(out.contains("SUCCESS: 13 rules found"), "{out}");
 }
 
 /// Every `event_series_*` name in the rules and the dashboard is one the operator exports (its

@@ -20,6 +20,8 @@ pub struct AlertRule {
     pub filter: MatchFilter,
     /// The `alertname` label.
     pub alertname: Arc<str>,
+    /// `/readyz` fails while alerts cannot be delivered.
+    pub required: bool,
 }
 
 impl Default for AlertRule {
@@ -29,6 +31,7 @@ impl Default for AlertRule {
             min_duration: TimeDelta::zero(),
             filter: MatchFilter::default(),
             alertname: Arc::from(DEFAULT_ALERTNAME),
+            required: false,
         }
     }
 }

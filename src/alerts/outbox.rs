@@ -5,6 +5,7 @@
 
 use super::Alert;
 use super::client::Alertmanagers;
+use crate::health::Health;
 use crate::metrics::Metrics;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -93,9 +94,15 @@ impl Outbox {
     }
 
     /// Delivers what is offered until the task is aborted (when the leader's term ends).
-    pub async fn deliver(self: Arc<Self>, to: Alertmanagers, metrics: Arc<Metrics>) {
+    pub async fn deliver(
+        self: Arc<Self>,
+        to: Alertmanagers,
+        metrics: Arc<Metrics>,
+        health: Arc<Health>,
+    ) {
         let mut delays = crate::retry::delays(Duration::from_millis(500), Duration::from_secs(30));
         let mut last_warning: Option<Instant> = None;
+        let mut failing_since: Option<Instant> = None;
         loop {
             let batch = self.take(BATCH);
             if batch.is_empty() {
@@ -115,10 +122,17 @@ impl Outbox {
             let errors = to.post(body.into()).await;
             if errors.is_empty() {
                 metrics.alerts_sent("sent", n);
+                if failing_since.take().is_some() {
+                    health.alerts_failing_since(None);
+                }
                 delays = crate::retry::delays(Duration::from_millis(500), Duration::from_secs(30));
                 continue;
             }
             metrics.alerts_sent("failed", n);
+            if failing_since.is_none() {
+                failing_since = Some(Instant::now());
+                health.alerts_failing_since(failing_since);
+            }
             if last_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
                 last_warning = Some(Instant::now());
                 for e in &errors {

@@ -5,6 +5,7 @@ use super::Planner;
 use super::client::{Alertmanagers, Target};
 use super::outbox::Outbox;
 use crate::engine::Engine;
+use crate::health::Health;
 use crate::intent::{Intent, WriteKind};
 use crate::metrics::Metrics;
 use chrono::{DateTime, TimeDelta, Utc};
@@ -31,10 +32,14 @@ pub struct Term {
 }
 
 impl Term {
-    pub fn start(config: &AlertConfig, metrics: Arc<Metrics>) -> anyhow::Result<Term> {
+    pub fn start(
+        config: &AlertConfig,
+        metrics: Arc<Metrics>,
+        health: Arc<Health>,
+    ) -> anyhow::Result<Term> {
         let to = Alertmanagers::new(config.target.clone())?;
         let outbox = Arc::new(Outbox::new(OUTBOX));
-        let delivery = tokio::spawn(outbox.clone().deliver(to, metrics.clone()));
+        let delivery = tokio::spawn(outbox.clone().deliver(to, metrics.clone(), health));
         Ok(Term {
             planner: Planner::new(config.resend, config.max),
             outbox,
@@ -91,12 +96,12 @@ impl Loops {
         alerts: Option<&AlertConfig>,
         max_label_sets: usize,
         event_ttl: TimeDelta,
-        metrics: &Arc<Metrics>,
+        (metrics, health): (&Arc<Metrics>, &Arc<Health>),
     ) -> anyhow::Result<Loops> {
         Ok(Loops {
             gauge: crate::metrics::Loops::new(max_label_sets, event_ttl, metrics.loop_rows.clone()),
             alerts: alerts
-                .map(|c| Term::start(c, metrics.clone()))
+                .map(|c| Term::start(c, metrics.clone(), health.clone()))
                 .transpose()?,
         })
     }

@@ -124,6 +124,10 @@ pub struct AlertSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[a-zA-Z_][a-zA-Z0-9_]*$"), length(max = 128))]
     pub alertname: Option<String>,
+    /// The operator's /readyz fails while no alert has reached Alertmanager for longer than its
+    /// request timeout, so that an undelivered page shows where readiness is watched.
+    #[serde(default)]
+    pub required: bool,
 }
 
 fn default_alert_min_count() -> i64 {

@@ -51,6 +51,7 @@ fn alert_rule(a: &AlertSpec) -> Result<Arc<AlertRule>, SettingsError> {
             reporting_controllers: Vec::new(),
         },
         alertname: Arc::from(a.alertname.as_deref().unwrap_or(DEFAULT_ALERTNAME)),
+        required: a.required,
     }))
 }
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 /// A policy for namespace `ns` only: loops finish 6 s after their last occurrence, and Warning
 /// loops of at least three occurrences alert.
-fn policy(ns: &str, heartbeat: &str) -> Result<String> {
+fn policy(ns: &str, heartbeat: &str, required: bool) -> Result<String> {
     let name = format!("alerts-{ns}");
     apply_on(
         kubeconfig(),
@@ -20,7 +20,7 @@ fn policy(ns: &str, heartbeat: &str) -> Result<String> {
             "apiVersion: eventseries.dev/v1alpha1\nkind: EventSeriesPolicy\nmetadata:\n  name: {name}\n\
              spec:\n  namespaceSelector:\n    matchLabels: {{kubernetes.io/metadata.name: {ns}}}\n  \
              finishAfter: 6s\n  seriesWindow: 6s\n  firstRefresh: \"0\"\n  heartbeatInterval: {heartbeat}\n  \
-             alert:\n    minCount: 3\n    types: [Warning]\n"
+             alert:\n    minCount: 3\n    types: [Warning]\n    required: {required}\n"
         ),
         &[],
     )?;
@@ -103,7 +103,7 @@ async fn a_loop_notifies_once_when_it_starts_and_once_when_it_ends() -> Result<(
     let ns = TestNamespace::new(&client, "alert_once").await?;
     let hook = Webhook::start()?;
     let am = Alertmanager::start(&hook, &ns.name)?;
-    let policy = policy(&ns.name, "1h")?;
+    let policy = policy(&ns.name, "1h", false)?;
     let op = operator(&ns.name, &ns.name, &am, "2s", &[])?;
     let normal_ns = ns.name.clone();
     let normal = std::thread::spawn(move || {
@@ -191,7 +191,7 @@ async fn a_standby_posts_the_same_alert_after_the_leader_is_killed() -> Result<(
     let ns = TestNamespace::new(&client, "alert_failover").await?;
     let hook = Webhook::start()?;
     let am = Alertmanager::start(&hook, &ns.name)?;
-    let policy = policy(&ns.name, "1h")?;
+    let policy = policy(&ns.name, "1h", false)?;
     let ha = |id: &'static str| -> Result<Operator> {
         let lease = [
             "--leader-elect",
@@ -257,15 +257,16 @@ async fn a_standby_posts_the_same_alert_after_the_leader_is_killed() -> Result<(
 
 /// Alertmanager stops for 15 s mid-loop and comes back: the series object was written all along
 /// (heartbeats every 3 s), the failed posts were retried, the alert is held again afterwards, and
-/// the webhook got one firing and one resolved notification, no more.
+/// the webhook got one firing and one resolved notification, no more. The policy requires its
+/// alerts: `/readyz` says so while none gets through, and recovers.
 #[tokio::test]
 async fn alertmanager_down_mid_loop_delays_alerts_not_writes() -> Result<()> {
     let client = client().await?;
     let ns = TestNamespace::new(&client, "alert_am_down").await?;
     let hook = Webhook::start()?;
     let mut am = Alertmanager::start(&hook, &ns.name)?;
-    let policy = policy(&ns.name, "3s")?;
-    let op = operator(&ns.name, &ns.name, &am, "2s", &[])?;
+    let policy = policy(&ns.name, "3s", true)?;
+    let op = operator(&ns.name, &ns.name, &am, "2s", &["--request-timeout", "5s"])?;
     let storm = crashloop_for(&ns.name, 25);
     until("the firing notification", Duration::from_secs(30), || {
         notified(&hook, &ns.name).0 == 1
@@ -283,6 +284,9 @@ async fn alertmanager_down_mid_loop_delays_alerts_not_writes() -> Result<()> {
     );
     let failed = op.metric("event_series_alerts_sent_total{outcome=\"failed\"}");
     assert!(failed >= 1.0, "posts failed while it was down");
+    let (code, body) = op.get("/readyz").context("/readyz")?;
+    assert_eq!(code, 503, "the policy requires its alerts: {body}");
+    assert!(body.contains("alerts"), "{body}");
     am.resume()?;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -296,6 +300,10 @@ async fn alertmanager_down_mid_loop_delays_alerts_not_writes() -> Result<()> {
         ensure!(Instant::now() < deadline, "the alert was not posted again");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    until("ready again", Duration::from_secs(30), || {
+        op.get("/readyz").is_some_and(|(code, _)| code == 200)
+    })
+    .await?;
     let total = joined(storm)?;
     wait_for(&client, &ns.name, "the loop Finished", |o| {
         o.len() == 1 && state(&o[0]) == "Finished" && count(&o[0]) == total
