@@ -34,10 +34,11 @@ demo_header() {
     "$B" "$1" "$phase" "$B" "$ongoing" "$finished" "$D" "$N"
 }
 
-# demo_series NS: the series of NS as event-series get prints them.
+# demo_series NS: the series of NS as event-series get prints them, and the loop alerts' notifications.
 demo_series() {
   printf '%sthe same series as series (event-series get -n %s, also `kubectl series`):%s\n' "$D" "$1" "$N"
   KUBECONFIG="$ADMIN" "$OPERATOR" get -n "$1" 2>&1 || true
+  demo_notifications
 }
 
 # demo_policy NS FINISH_AFTER SERIES_WINDOW HEARTBEAT: labels NS (created already) and applies the
@@ -58,8 +59,56 @@ spec:
   finishAfter: $2
   seriesWindow: $3
   heartbeatInterval: $4
+  alert:
+    minCount: 5
+    types: [Warning]
 POLICY
-  note "eventseriespolicy.eventseries.dev/demo applied"
+  note "eventseriespolicy.eventseries.dev/demo applied (Warning loops of 5 or more are alerts)"
+}
+
+# demo_alertmanager ADDR DIR: a real Alertmanager (hack/tools.sh builds it) on ADDR, and the webhook
+# receiver it notifies (hack/webhook.py, printing to DIR/notifications.log). Sets AM_URL, NOTIFICATIONS
+# and demo_pids (for the demo's cleanup to stop).
+demo_alertmanager() {
+  local addr="$1" dir="$2" am_port hook_port
+  bash "$ROOT/hack/tools.sh" alertmanager
+  read -r am_port hook_port <<<"$(free_ports 2)"
+  NOTIFICATIONS="$dir/notifications.log"
+  : >"$NOTIFICATIONS"
+  python3 "$ROOT/hack/webhook.py" "$addr" "$hook_port" >>"$NOTIFICATIONS" 2>&1 &
+  demo_pids+=("$!")
+  mkdir -p "$dir/alertmanager"
+  cat >"$dir/alertmanager.yml" <<AM
+route:
+  receiver: webhook
+  group_by: [namespace, reason, name]
+  group_wait: 5s
+  group_interval: 10s
+  repeat_interval: 4h
+receivers:
+- name: webhook
+  webhook_configs:
+  - url: http://$addr:$hook_port/
+    send_resolved: true
+AM
+  "$ROOT/target/tools/bin/alertmanager" --config.file="$dir/alertmanager.yml" \
+    --storage.path="$dir/alertmanager" --web.listen-address="$addr:$am_port" \
+    --cluster.listen-address= </dev/null >"$dir/alertmanager.log" 2>&1 &
+  demo_pids+=("$!")
+  AM_URL="http://$addr:$am_port"
+  for _ in $(seq 100); do
+    curl -fsS --max-time 1 "$AM_URL/-/ready" >/dev/null 2>&1 && break
+    sleep 0.2
+  done
+  curl -fsS --max-time 1 "$AM_URL/-/ready" >/dev/null 2>&1 || die "Alertmanager did not start (${dir#"$ROOT"/}/alertmanager.log)"
+  note "Alertmanager at $AM_URL notifies a webhook that prints to ${NOTIFICATIONS#"$ROOT"/}"
+}
+
+# demo_notifications: what the webhook has received so far.
+demo_notifications() {
+  [ -n "${NOTIFICATIONS:-}" ] || return 0
+  printf '%snotifications Alertmanager sent to the webhook (one when a loop starts, one when it ends):%s\n' "$D" "$N"
+  if [ -s "$NOTIFICATIONS" ]; then sed 's/^/    /' "$NOTIFICATIONS"; else note "(none yet)"; fi
 }
 
 # demo_operator: builds the release operator and sets OPERATOR to it (CARGO_TARGET_DIR honoured,

@@ -11,7 +11,8 @@
 #      one leader), and a policy with short durations for the namespace "demo";
 #   4. the storm: 3 Pods whose container exits 1 at once, so the kubelet's BackOff events are real;
 #      after STORM_SECONDS the Pods are deleted and the loops end;
-#   5. every few seconds prints the operator's Pods, `kubectl get events` and `event-series get`.
+#   5. every few seconds prints the operator's Pods, `kubectl get events`, `event-series get` and the
+#      notifications a real Alertmanager sent for the loops (hack/webhook.py receives them).
 #
 # Ctrl-C (or the end) removes the cluster and every trace of the node. Logs stay in target/envtest-demo-node.
 # Environment: DEMO_SECONDS, DEMO_INTERVAL as hack/demo.sh; STORM_SECONDS (default 120).
@@ -30,10 +31,11 @@ DEMO_SECONDS="${DEMO_SECONDS:-}"
 # shellcheck source-path=SCRIPTDIR source=demo-lib.sh
 . "$ROOT/hack/demo-lib.sh"
 
-cluster_started=0
+cluster_started=0 demo_pids=()
 cleanup() {
   local rc=$?
   trap '' INT TERM
+  for pid in "${demo_pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   if [ "$cluster_started" = 1 ]; then
     bash "$ROOT/hack/cluster-down.sh" >/dev/null 2>&1 || true
     echo
@@ -63,6 +65,13 @@ k apply -k config/default | sed 's/^/    /'
 k -n event-series-system rollout status deployment/event-series --timeout=180s
 k -n event-series-system get pods -o wide
 note "leader: $(k -n event-series-system get lease event-series -o jsonpath='{.spec.holderIdentity}' 2>/dev/null || echo none yet)"
+
+# The node's bridge address (hack/envtest-lib.sh), which the operator's Pods reach.
+step "Alertmanager on the node's bridge address, and the operator's Pods sending loop alerts to it"
+demo_alertmanager 10.244.0.1 "$DIR"
+k -n event-series-system patch deployment event-series --type=json -p \
+  "[{\"op\":\"add\",\"path\":\"/spec/template/spec/containers/0/args/-\",\"value\":\"--alertmanager-url=$AM_URL\"}]" | sed 's/^/    /'
+k -n event-series-system rollout status deployment/event-series --timeout=180s
 
 k create namespace "$NS" >/dev/null
 demo_policy "$NS" 45s 5m 1m

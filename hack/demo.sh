@@ -57,15 +57,15 @@ echo "demo: no real node on this machine ($node_missing); the demo runs on a bar
 . "$ROOT/hack/demo-lib.sh"
 
 # --- teardown: only what this script started, by pid ---
-operator_pid='' emitter_pid='' cluster_started=0
+operator_pid='' emitter_pid='' cluster_started=0 demo_pids=()
 cleanup() {
   local rc=$?
   trap '' INT TERM
   echo
-  for pid in $emitter_pid $operator_pid; do
+  for pid in $emitter_pid $operator_pid "${demo_pids[@]}"; do
     kill -TERM "$pid" 2>/dev/null || true
   done
-  for pid in $emitter_pid $operator_pid; do
+  for pid in $emitter_pid $operator_pid "${demo_pids[@]}"; do
     wait "$pid" 2>/dev/null || true
   done
   if [ "$cluster_started" = 1 ]; then
@@ -108,6 +108,9 @@ note "(this apiserver has no nodes: the Deployment's pods never start; the opera
 k create namespace "$NS" >/dev/null
 demo_policy "$NS" 20s 20s 15s
 
+step "Alertmanager, for the loop alerts (built from its Go module the first time)"
+demo_alertmanager 127.0.0.1 "$DIR"
+
 # --- 3. the operator, as its ServiceAccount ---
 step "Running the operator as ServiceAccount event-series-system/event-series"
 token="$(k create token event-series -n event-series-system --duration=24h)"
@@ -118,7 +121,7 @@ read -r metrics_port health_port <<<"$(free_ports 2)"
 KUBECONFIG="$SA_KUBECONFIG" NO_COLOR=1 "$OPERATOR" run \
   --leader-elect --lease-namespace event-series-system --instance demo-local \
   --metrics-addr "127.0.0.1:$metrics_port" --metrics-secure=false --health-addr "127.0.0.1:$health_port" \
-  --watch-timeout 15s \
+  --watch-timeout 15s --alertmanager-url "$AM_URL" --alert-resend-interval 15s \
   </dev/null >"$DIR/operator.log" 2>&1 &
 operator_pid=$!
 
