@@ -28,6 +28,8 @@ STORM_SECONDS="${STORM_SECONDS:-120}"
 INTERVAL="${DEMO_INTERVAL:-5}"
 DEMO_SECONDS="${DEMO_SECONDS:-}"
 
+# shellcheck source-path=SCRIPTDIR source=common.sh
+. "$ROOT/hack/common.sh"
 # shellcheck source-path=SCRIPTDIR source=demo-lib.sh
 . "$ROOT/hack/demo-lib.sh"
 

@@ -1,7 +1,7 @@
 //! The command line: `event-series run`, `event-series get` (also `kubectl series`), `event-series crd`.
 
-use crate::alerts::AlertConfig;
 use crate::alerts::client::Target;
+use crate::alerts::{AlertConfig, Limits};
 use crate::config::{Settings, duration};
 use crate::controller::ControllerConfig;
 use crate::intent::SeriesState;
@@ -291,12 +291,28 @@ pub struct AlertArgs {
     pub password_file: Option<PathBuf>,
     /// How often every firing alert is posted again; each post is valid for four of these, so an
     /// alert whose loop's leader died stays firing through the failover.
-    #[arg(long = "alert-resend-interval", default_value = "1m", value_parser = duration::parse_value)]
+    /// At least 5s (the loops are scanned every 5 s). Keep four of these longer than a failover
+    /// (the lease duration plus the restore), or alerts lapse and fire again meanwhile.
+    #[arg(long = "alert-resend-interval", default_value = "1m", value_parser = resend_interval)]
     pub resend: TimeDelta,
-    /// Most loops alerting at once; beyond it, loops are counted in
+    /// Most loops alerting at once (the oldest first); beyond it, loops are counted in
     /// event_series_alerts_over_limit, not alerted.
     #[arg(long = "max-alerts", default_value_t = 10_000)]
     pub max: usize,
+    /// Most loops of one namespace alerting at once, so that one tenant cannot take every alert.
+    #[arg(long = "max-alerts-per-namespace", default_value_t = 100)]
+    pub max_per_namespace: usize,
+}
+
+/// `--alert-resend-interval`: at least the scan interval of 5 s.
+fn resend_interval(value: &str) -> Result<TimeDelta, String> {
+    let d = duration::parse_value(value).map_err(|e| e.to_string())?;
+    if d < TimeDelta::seconds(5) {
+        return Err(format!(
+            "{value:?} is shorter than 5s, the interval the loops are scanned at"
+        ));
+    }
+    Ok(d)
 }
 
 impl AlertArgs {
@@ -312,7 +328,10 @@ impl AlertArgs {
                 timeout,
             },
             resend: self.resend,
-            max: self.max,
+            limits: Limits {
+                max: self.max,
+                max_per_namespace: self.max_per_namespace,
+            },
         })
     }
 }

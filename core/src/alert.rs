@@ -38,8 +38,9 @@ impl Default for AlertRule {
 
 impl AlertRule {
     /// Whether the loop of `key`, with `count` occurrences from `first` to `last`, alerts. Its
-    /// duration is its span of occurrences, so that the same loop gives the same answer on every
-    /// replica and after every restart.
+    /// duration is its span of occurrences, and its type and reason are taken as the series object
+    /// holds them ([`crate::key::SeriesKey::mapped`]: `warning` is `Warning`), so that the same loop
+    /// gives the same answer on every replica and after every restart.
     pub fn selects(
         &self,
         key: &KeyRef<'_>,
@@ -47,11 +48,12 @@ impl AlertRule {
         first: DateTime<Utc>,
         last: DateTime<Utc>,
     ) -> bool {
+        let m = key.mapped();
         count >= self.min_count
             && last - first >= self.min_duration
             && self
                 .filter
-                .matches(key.type_, key.reason, key.reporting_controller)
+                .matches(m.type_, m.reason, &m.reporting_controller)
     }
 }
 
@@ -108,5 +110,7 @@ mod tests {
         assert!(rule.selects(&key("Warning", "BackOff"), 2, t0, t0));
         assert!(!rule.selects(&key("Normal", "BackOff"), 2, t0, t0));
         assert!(!rule.selects(&key("Warning", "Pulling"), 2, t0, t0));
+        // As the series object holds it, and as a restart reads it back.
+        assert!(rule.selects(&key("warning", "BackOff"), 2, t0, t0));
     }
 }

@@ -60,6 +60,17 @@ pub struct Alertmanagers {
     target: Target,
 }
 
+impl PostError {
+    /// An answer that a retry will not change: the alerts themselves were refused (a 4xx other
+    /// than 408 and 429). Alertmanager stores the valid alerts of a post it answers 400.
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, PostError::Refused { status, .. }
+            if status.is_client_error()
+                && *status != http::StatusCode::REQUEST_TIMEOUT
+                && *status != http::StatusCode::TOO_MANY_REQUESTS)
+    }
+}
+
 impl Alertmanagers {
     /// Checks the URLs and the CA file at start, so that a typo fails the operator's start with a
     /// message rather than every post.
@@ -120,7 +131,8 @@ impl Alertmanagers {
     }
 
     /// Posts `body` (a JSON array of alerts) to every Alertmanager; the errors of those that did not
-    /// take it.
+    /// take it. Alertmanagers of one cluster share what each is sent, so the post is delivered
+    /// when one of them took it, as Prometheus counts it.
     pub async fn post(&self, body: Bytes) -> Vec<PostError> {
         let auth = match self.authorization() {
             Ok(auth) => auth,
@@ -167,9 +179,8 @@ impl Alertmanagers {
                     source,
                 })?;
             let status = resp.status();
-            // Read (a bounded part of) the body, so that the connection can be reused.
-            let body = resp
-                .into_body()
+            // Read the body (at most 64 KiB), so that the connection can be reused.
+            let body = http_body_util::Limited::new(resp.into_body(), 64 * 1024)
                 .collect()
                 .await
                 .map(|b| b.to_bytes())
@@ -230,6 +241,13 @@ fn endpoint(url: &str) -> anyhow::Result<Uri> {
         Some("http" | "https") if uri.authority().is_some() => {}
         _ => anyhow::bail!("--alertmanager-url {url:?}: not an http:// or https:// URL"),
     }
+    if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+        // It would be logged with every failed post; credentials go in files.
+        anyhow::bail!(
+            "--alertmanager-url: credentials in the URL are refused; use --alertmanager-username \
+             and --alertmanager-password-file, or --alertmanager-bearer-token-file"
+        );
+    }
     let base = url
         .split(['?', '#'])
         .next()
@@ -257,6 +275,10 @@ mod tests {
         assert!(endpoint("am:9093").is_err());
         assert!(endpoint("ftp://am").is_err());
         assert!(endpoint("http:// bad").is_err());
+        let secret = endpoint("https://ops:hunter2@am:9093")
+            .unwrap_err()
+            .to_string();
+        assert!(!secret.contains("hunter2"), "{secret}");
     }
 
     #[test]

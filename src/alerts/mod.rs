@@ -20,7 +20,7 @@ pub mod outbox;
 mod planner;
 mod term;
 
-pub use planner::Planner;
+pub use planner::{Limits, Planner};
 pub use term::{AlertConfig, Loops, Term};
 
 use crate::alert::AlertRule;
@@ -98,22 +98,26 @@ impl<'a> Loop<'a> {
     /// The labels that identify the loop: the same on every replica and after every restart.
     /// `series` (the name derived from key and start) tells apart two loops of one object (two
     /// containers of a Pod) and a loop that resumed after it finished.
+    /// Reason, type and reporting controller as the series object holds them (mapped to what the
+    /// events.k8s.io API accepts), which is also what a restart reads back.
     fn labels(&self, rule: &AlertRule) -> BTreeMap<&'static str, String> {
         let k = self.key;
+        let m = k.mapped();
         let mut labels = BTreeMap::new();
         labels.insert("alertname", rule.alertname.to_string());
         labels.insert("namespace", visible(self.namespace));
         labels.insert("kind", visible(k.regarding.kind));
         labels.insert("name", visible(k.regarding.name));
-        labels.insert("reason", visible(k.reason));
-        labels.insert("type", visible(k.type_));
-        labels.insert("reporting_controller", visible(k.reporting_controller));
+        labels.insert("reason", visible(m.reason));
+        labels.insert("type", m.type_.to_owned());
+        labels.insert("reporting_controller", visible(&m.reporting_controller));
         labels.insert("series", object_name(k, self.id, self.first));
         labels
     }
 
-    fn annotations(&self) -> BTreeMap<&'static str, String> {
+    pub(super) fn annotations(&self) -> BTreeMap<&'static str, String> {
         let k = self.key;
+        let m = k.mapped();
         let lasted = self.last - self.first;
         let mut a = BTreeMap::new();
         let note: String = visible(self.note).chars().take(NOTE_CHARS).collect();
@@ -124,7 +128,7 @@ impl<'a> Loop<'a> {
                 visible(self.namespace),
                 visible(k.regarding.kind),
                 visible(k.regarding.name),
-                visible(k.reason),
+                visible(m.reason),
                 self.count,
                 human(lasted)
             ),
@@ -146,22 +150,28 @@ impl<'a> Loop<'a> {
         a
     }
 
-    /// The alert firing until `until` unless posted again.
-    pub fn firing(&self, rule: &AlertRule, until: DateTime<Utc>) -> Alert {
+    /// Whether `rule` selects this loop.
+    pub fn selected_by(&self, rule: &AlertRule) -> bool {
+        rule.selects(self.key, self.count, self.first, self.last)
+    }
+
+    /// The alert firing until `until` unless posted again. It starts at the loop's first
+    /// occurrence, but never after `now`: an emitter's clock ahead (within the clock tolerance)
+    /// would otherwise make Alertmanager refuse it (endsAt before startsAt).
+    pub fn firing(&self, rule: &AlertRule, until: DateTime<Utc>, now: DateTime<Utc>) -> Alert {
         Alert {
             labels: self.labels(rule),
             annotations: self.annotations(),
-            starts_at: self.first,
+            starts_at: self.first.min(now),
             ends_at: until,
         }
     }
 
     /// The alert resolved at `at`.
     pub fn resolved(&self, rule: &AlertRule, at: DateTime<Utc>) -> Alert {
-        Alert {
-            ends_at: at.max(self.first),
-            ..self.firing(rule, at)
-        }
+        let mut alert = self.firing(rule, at, at);
+        alert.ends_at = at.max(alert.starts_at);
+        alert
     }
 }
 
@@ -218,8 +228,8 @@ mod tests {
         let k = key("BackOff");
         let rule = AlertRule::default();
         let now = DateTime::<Utc>::UNIX_EPOCH + TimeDelta::days(20_001);
-        let a = lp(&k, 5).firing(&rule, now);
-        let b = lp(&k, 50).firing(&rule, now + TimeDelta::minutes(1));
+        let a = lp(&k, 5).firing(&rule, now, now);
+        let b = lp(&k, 50).firing(&rule, now + TimeDelta::minutes(1), now);
         assert_eq!(a.labels, b.labels);
         assert_ne!(a.annotations, b.annotations);
         assert_eq!(a.labels["alertname"], "KubernetesEventLoop");
@@ -245,15 +255,19 @@ mod tests {
         let rule = AlertRule::default();
         let now = DateTime::<Utc>::UNIX_EPOCH;
         assert_ne!(
-            lp(&k1, 5).firing(&rule, now).labels,
-            lp(&k2, 5).firing(&rule, now).labels
+            lp(&k1, 5).firing(&rule, now, now).labels,
+            lp(&k2, 5).firing(&rule, now, now).labels
         );
     }
 
     #[test]
     fn alerts_serialise_as_alertmanager_takes_them() {
         let k = key("BackOff");
-        let a = lp(&k, 5).firing(&AlertRule::default(), DateTime::<Utc>::UNIX_EPOCH);
+        let a = lp(&k, 5).firing(
+            &AlertRule::default(),
+            DateTime::<Utc>::UNIX_EPOCH,
+            DateTime::<Utc>::UNIX_EPOCH,
+        );
         let json = serde_json::to_value([&a]).unwrap();
         assert!(json[0]["labels"]["alertname"].is_string());
         assert!(json[0]["startsAt"].as_str().unwrap().ends_with('Z'));

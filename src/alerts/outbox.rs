@@ -120,8 +120,17 @@ impl Outbox {
                 }
             };
             let errors = to.post(body.into()).await;
-            if errors.is_empty() {
-                metrics.alerts_sent("sent", n);
+            let delivered = errors.len() < to.len();
+            let refused = !errors.is_empty() && errors.iter().all(|e| e.is_permanent());
+            if delivered || refused {
+                if delivered {
+                    metrics.alerts_sent("sent", n);
+                } else {
+                    for e in &errors {
+                        tracing::warn!(error = %e, alerts = n, "Alertmanager refused alerts; not retried");
+                    }
+                    metrics.alerts_sent("rejected", n);
+                }
                 if failing_since.take().is_some() {
                     health.alerts_failing_since(None);
                 }

@@ -1,9 +1,9 @@
 //! Alerting during one leader's term: the planner fed from the controller, the outbox, and the
 //! delivery task, which ends with the term (a deposed leader posts nothing more).
 
-use super::Planner;
 use super::client::{Alertmanagers, Target};
 use super::outbox::Outbox;
+use super::{Limits, Planner};
 use crate::engine::Engine;
 use crate::health::Health;
 use crate::intent::{Intent, WriteKind};
@@ -17,8 +17,7 @@ pub struct AlertConfig {
     pub target: Target,
     /// How often every firing alert is posted again.
     pub resend: TimeDelta,
-    /// Most loops alerting at once.
-    pub max: usize,
+    pub limits: Limits,
 }
 
 /// Most alerts waiting for delivery.
@@ -41,7 +40,7 @@ impl Term {
         let outbox = Arc::new(Outbox::new(OUTBOX));
         let delivery = tokio::spawn(outbox.clone().deliver(to, metrics.clone(), health));
         Ok(Term {
-            planner: Planner::new(config.resend, config.max),
+            planner: Planner::new(config.resend, config.limits),
             outbox,
             delivery,
             metrics,

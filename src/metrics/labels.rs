@@ -33,9 +33,10 @@ pub struct OutcomeLabels {
     pub outcome: String,
 }
 
-/// Every `outcome` of `alerts_sent_total`: delivered to every Alertmanager, in a post that failed
-/// (retried), or dropped (the outbox was full; a firing alert is posted again at its next resend).
-pub const ALERT_OUTCOMES: &[&str] = &["sent", "failed", "dropped"];
+/// Every `outcome` of `alerts_sent_total`: delivered (to at least one Alertmanager), in a post that
+/// failed (retried), refused by Alertmanager (a 4xx: not retried), or dropped (the outbox was full;
+/// a firing alert is posted again at its next resend).
+pub const ALERT_OUTCOMES: &[&str] = &["sent", "failed", "rejected", "dropped"];
 
 /// Every `reason` of `series_evicted_total`.
 pub const EVICTION_REASONS: &[&str] = &[

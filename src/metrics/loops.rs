@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 pub const OTHER: &str = "other";
 
 /// Most finished series remembered for the Finished rows (beyond it the oldest are forgotten early).
-const FINISHED_MEMORY: usize = 200_000;
+const FINISHED_MEMORY: usize = 50_000;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct LoopLabels {

@@ -124,9 +124,9 @@ impl Metrics {
     fn register_alerts(r: &mut Registry, m: &Metrics) {
         r.register(
             "alerts_sent",
-            "Alerts posted to Alertmanager (one per alert in a post), by outcome: sent (every \
-             Alertmanager took it), failed (the post failed and is retried), dropped (the outbox \
-             was full)",
+            "Alerts posted to Alertmanager (one per alert in a post), by outcome: sent (an \
+             Alertmanager took it), failed (the post failed and is retried), rejected (refused \
+             with a 4xx, not retried), dropped (the outbox was full)",
             m.alerts_sent.clone(),
         );
         r.register(
@@ -136,8 +136,8 @@ impl Metrics {
         );
         r.register(
             "alerts_over_limit",
-            "Loops a policy's spec.alert selects that are not alerted because --max-alerts loops \
-             already are",
+            "Loops a policy's spec.alert selects that are not alerted because --max-alerts loops, \
+             or --max-alerts-per-namespace of their namespace, already are",
             m.alerts_over_limit.clone(),
         );
         r.register_collector(Box::new(LoopCollector(m.loop_rows.clone())));

@@ -94,7 +94,7 @@ fn operator(
 }
 
 /// A Warning loop raises one firing notification once it has counted minCount occurrences, none
-/// again while it is posted again and again (every 2 s for 15 s), and one resolved notification
+/// again while it is posted again and again (every 5 s for 20 s), and one resolved notification
 /// when it is Finished, carrying the final count. A Normal loop beside it, which the policy's
 /// `alert.types` leaves out, raises nothing.
 #[tokio::test]
@@ -104,7 +104,7 @@ async fn a_loop_notifies_once_when_it_starts_and_once_when_it_ends() -> Result<(
     let hook = Webhook::start()?;
     let am = Alertmanager::start(&hook, &ns.name)?;
     let policy = policy(&ns.name, "1h", false)?;
-    let op = operator(&ns.name, &ns.name, &am, "2s", &[])?;
+    let op = operator(&ns.name, &ns.name, &am, "5s", &[])?;
     let normal_ns = ns.name.clone();
     let normal = std::thread::spawn(move || {
         emit(
@@ -122,7 +122,7 @@ async fn a_loop_notifies_once_when_it_starts_and_once_when_it_ends() -> Result<(
         )
         .map(drop)
     });
-    joined(crashloop_for(&ns.name, 15))?;
+    joined(crashloop_for(&ns.name, 20))?;
     joined(normal)?;
     let finished = wait_for(&client, &ns.name, "both loops Finished", |o| {
         o.len() == 2 && o.iter().all(|e| state(e) == "Finished")
@@ -266,7 +266,7 @@ async fn alertmanager_down_mid_loop_delays_alerts_not_writes() -> Result<()> {
     let hook = Webhook::start()?;
     let mut am = Alertmanager::start(&hook, &ns.name)?;
     let policy = policy(&ns.name, "3s", true)?;
-    let op = operator(&ns.name, &ns.name, &am, "2s", &["--request-timeout", "5s"])?;
+    let op = operator(&ns.name, &ns.name, &am, "5s", &["--request-timeout", "5s"])?;
     let storm = crashloop_for(&ns.name, 25);
     until("the firing notification", Duration::from_secs(30), || {
         notified(&hook, &ns.name).0 == 1

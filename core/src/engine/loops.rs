@@ -18,6 +18,8 @@ pub struct LoopView<'a> {
     pub count: u64,
     pub first: DateTime<Utc>,
     pub last: DateTime<Utc>,
+    /// When its latest occurrence arrived, on the operator's clock (what finishing goes by).
+    pub seen: DateTime<Utc>,
     /// The settings of the policy that governs it.
     pub settings: &'a Settings,
 }
@@ -48,6 +50,7 @@ impl Engine {
                     count: s.tally.count,
                     first: s.tally.first(),
                     last: s.tally.last(),
+                    seen: s.tally.seen(),
                     settings,
                 });
             }
