@@ -58,6 +58,18 @@ async fn bad_policies_are_refused_by_the_api_server_naming_the_field() -> Result
             "spec.match.types",
             "Normal or Warning",
         ),
+        ("  alert:\n    minCount: 1\n", "spec.alert.minCount", ""),
+        (
+            "  alert:\n    minDuration: 500ms\n",
+            "spec.alert.minDuration",
+            "must be 0 or at least 1s",
+        ),
+        ("  alert:\n    alertname: page me\n", "spec.alert.alertname", ""),
+        (
+            "  alert:\n    types: [Critical]\n",
+            "spec.alert.types",
+            "Normal or Warning",
+        ),
         (
             "  namespaceSelector:\n    matchExpressions:\n    - {key: env, operator: Exists, values: [x]}\n",
             "spec.namespaceSelector.matchExpressions[0]",
