@@ -73,6 +73,26 @@ fn notified(hook: &Webhook, ns: &str) -> (usize, usize) {
     (firing, alerts.len() - firing)
 }
 
+/// The namespace's one loop Finished with `total` occurrences, and its notifications: one firing,
+/// then one resolved.
+async fn ends_notified_once(
+    client: &kube::Client,
+    ns: &str,
+    hook: &Webhook,
+    total: u64,
+) -> Result<()> {
+    wait_for(client, ns, "the loop Finished", |o| {
+        o.len() == 1 && state(&o[0]) == "Finished" && count(&o[0]) == total
+    })
+    .await?;
+    until("the resolved notification", Duration::from_secs(60), || {
+        notified(hook, ns).1 >= 1
+    })
+    .await?;
+    assert_eq!(notified(hook, ns), (1, 1), "{:#?}", hook.notifications());
+    Ok(())
+}
+
 fn operator(
     ns: &str,
     log: &str,
@@ -236,21 +256,7 @@ async fn a_standby_posts_the_same_alert_after_the_leader_is_killed() -> Result<(
     assert_eq!(held.len(), 1, "one alert in Alertmanager: {held:#?}");
     assert_eq!(held[0]["status"]["state"], "active");
     let total = joined(storm)?;
-    let done = wait_for(&client, &ns.name, "the loop Finished", |o| {
-        o.len() == 1 && state(&o[0]) == "Finished"
-    })
-    .await?;
-    until("the resolved notification", Duration::from_secs(30), || {
-        notified(&hook, &ns.name).1 >= 1
-    })
-    .await?;
-    assert_eq!(
-        notified(&hook, &ns.name),
-        (1, 1),
-        "{:#?}",
-        hook.notifications()
-    );
-    assert_eq!(count(&done[0]), total);
+    ends_notified_once(&client, &ns.name, &hook, total).await?;
     kubectl(&["delete", "eventseriespolicy", &policy])?;
     ns.cleanup().await
 }
@@ -305,20 +311,7 @@ async fn alertmanager_down_mid_loop_delays_alerts_not_writes() -> Result<()> {
     })
     .await?;
     let total = joined(storm)?;
-    wait_for(&client, &ns.name, "the loop Finished", |o| {
-        o.len() == 1 && state(&o[0]) == "Finished" && count(&o[0]) == total
-    })
-    .await?;
-    until("the resolved notification", Duration::from_secs(60), || {
-        notified(&hook, &ns.name).1 >= 1
-    })
-    .await?;
-    assert_eq!(
-        notified(&hook, &ns.name),
-        (1, 1),
-        "{:#?}",
-        hook.notifications()
-    );
+    ends_notified_once(&client, &ns.name, &hook, total).await?;
     kubectl(&["delete", "eventseriespolicy", &policy])?;
     ns.cleanup().await
 }

@@ -64,7 +64,11 @@ async fn bad_policies_are_refused_by_the_api_server_naming_the_field() -> Result
             "spec.alert.minDuration",
             "must be 0 or at least 1s",
         ),
-        ("  alert:\n    alertname: page me\n", "spec.alert.alertname", ""),
+        (
+            "  alert:\n    alertname: page me\n",
+            "spec.alert.alertname",
+            "",
+        ),
         (
             "  alert:\n    types: [Critical]\n",
             "spec.alert.types",
