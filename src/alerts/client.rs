@@ -61,13 +61,14 @@ pub struct Alertmanagers {
 }
 
 impl PostError {
-    /// An answer that a retry will not change: the alerts themselves were refused (a 4xx other
-    /// than 408 and 429). Alertmanager stores the valid alerts of a post it answers 400.
+    /// An answer that a retry will not change: the alerts themselves were refused (400, 413 or
+    /// 422; Alertmanager stores the valid alerts of a post it answers 400). A refused credential
+    /// (401, 403) is retried: the files are read again at each post, so a rotation mends it.
     pub fn is_permanent(&self) -> bool {
+        use http::StatusCode;
         matches!(self, PostError::Refused { status, .. }
-            if status.is_client_error()
-                && *status != http::StatusCode::REQUEST_TIMEOUT
-                && *status != http::StatusCode::TOO_MANY_REQUESTS)
+            if matches!(*status, StatusCode::BAD_REQUEST | StatusCode::PAYLOAD_TOO_LARGE
+                | StatusCode::UNPROCESSABLE_ENTITY))
     }
 }
 

@@ -99,7 +99,15 @@ pub struct Alertmanager {
     pub addr: SocketAddr,
     dir: PathBuf,
     child: Option<Child>,
+    /// Served over HTTPS with basic auth ([`Alertmanager::start_secure`]).
+    secure: bool,
 }
+
+/// The basic-auth user and password of [`Alertmanager::start_secure`].
+pub const USER: &str = "ops";
+pub const PASSWORD: &str = "s3cret";
+/// bcrypt of [`PASSWORD`], as Alertmanager's web config takes it.
+const PASSWORD_BCRYPT: &str = "$2b$12$kiQGjXyOx5dOtsbcolNkZOiuOVLdM9bUIcNs1GZKkZoZ69EUmgXS.";
 
 impl Alertmanager {
     pub fn start(webhook: &Webhook, name: &str) -> Result<Alertmanager> {
@@ -127,13 +135,51 @@ impl Alertmanager {
             addr: SocketAddr::new(ip, port),
             dir,
             child: None,
+            secure: false,
         };
         am.resume()?;
         Ok(am)
     }
 
+    /// On loopback over HTTPS (a certificate for 127.0.0.1 from a CA of its own, in
+    /// [`Alertmanager::ca_file`]) with basic auth ([`USER`], [`PASSWORD`]).
+    pub fn start_secure(webhook: &Webhook, name: &str) -> Result<Alertmanager> {
+        let mut am = Alertmanager::start(webhook, name)?;
+        am.stop()?;
+        let ca_key = rcgen::KeyPair::generate()?;
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        // Distinct names: a leaf whose issuer name is its own looks self-signed to a verifier.
+        ca_params.distinguished_name = common_name("event-series test CA");
+        let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key)?;
+        let key = rcgen::KeyPair::generate()?;
+        let mut leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])?;
+        leaf.distinguished_name = common_name("alertmanager");
+        let cert = leaf.signed_by(&key, &*ca)?;
+        std::fs::write(am.ca_file(), ca.pem())?;
+        std::fs::write(am.dir.join("tls.crt"), cert.pem())?;
+        std::fs::write(am.dir.join("tls.key"), key.serialize_pem())?;
+        std::fs::write(
+            am.dir.join("web.yml"),
+            format!(
+                "tls_server_config:\n  cert_file: {}\n  key_file: {}\nbasic_auth_users:\n  {USER}: '{PASSWORD_BCRYPT}'\n",
+                am.dir.join("tls.crt").display(),
+                am.dir.join("tls.key").display()
+            ),
+        )?;
+        am.secure = true;
+        am.resume()?;
+        Ok(am)
+    }
+
+    /// The CA that signed its certificate (when served over HTTPS).
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("ca.pem")
+    }
+
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.secure { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// Starts the process (again, on the same port and data: its notification log survives).
@@ -146,7 +192,16 @@ impl Alertmanager {
             );
         }
         let log = std::fs::File::create(self.dir.join("alertmanager.log"))?;
-        let child = Command::new(&bin)
+        let mut cmd = Command::new(&bin);
+        // SAFETY: prctl in the child before exec, async-signal-safe: it dies with the thread that
+        // started it, even when the test process is killed.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = cmd
             .arg(format!(
                 "--config.file={}",
                 self.dir.join("alertmanager.yml").display()
@@ -158,6 +213,10 @@ impl Alertmanager {
             .arg(format!("--web.listen-address={}", self.addr))
             // No cluster: no gossip port, no peers, no traffic beyond loopback.
             .arg("--cluster.listen-address=")
+            .args(
+                self.secure
+                    .then(|| format!("--web.config.file={}", self.dir.join("web.yml").display())),
+            )
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -165,7 +224,7 @@ impl Alertmanager {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
-            if get(self.addr, "/-/ready").is_some_and(|(code, _)| code == 200) {
+            if self.get("/-/ready").is_some_and(|(code, _)| code == 200) {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -188,11 +247,37 @@ impl Alertmanager {
 
     /// The alerts it holds now (`GET /api/v2/alerts`).
     pub fn alerts(&self) -> Result<Vec<Value>> {
-        let (code, body) = get(self.addr, "/api/v2/alerts").context("GET /api/v2/alerts")?;
+        let (code, body) = self.get("/api/v2/alerts").context("GET /api/v2/alerts")?;
         if code != 200 {
             bail!("GET /api/v2/alerts: {code} {body}");
         }
         Ok(serde_json::from_str::<Vec<Value>>(&body)?)
+    }
+}
+
+impl Alertmanager {
+    /// A GET: over HTTPS with the CA and basic auth (by curl), or plain.
+    fn get(&self, path: &str) -> Option<(u16, String)> {
+        if !self.secure {
+            return get(self.addr, path);
+        }
+        let out = Command::new("curl")
+            .args([
+                "-sS",
+                "--max-time",
+                "10",
+                "-w",
+                "\n%{http_code}",
+                "--cacert",
+            ])
+            .arg(self.ca_file())
+            .args(["-u", &format!("{USER}:{PASSWORD}")])
+            .arg(format!("{}{path}", self.url()))
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n')?;
+        Some((code.trim().parse().ok()?, body.to_owned()))
     }
 }
 
@@ -203,6 +288,12 @@ impl Drop for Alertmanager {
             let _ = child.wait();
         }
     }
+}
+
+fn common_name(name: &str) -> rcgen::DistinguishedName {
+    let mut dn = rcgen::DistinguishedName::new();
+    dn.push(rcgen::DnType::CommonName, name);
+    dn
 }
 
 fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {

@@ -1,6 +1,7 @@
 //! The one-node cluster (`hack/cluster-up-node.sh`): a kubelet with containerd, the scheduler, the
 //! controller-manager and kube-proxy beside the real apiserver, and event-series installed on it as
-//! Pods from its own image with the plain `kubectl apply -k config/default`.
+//! Pods from its own image with the plain `kubectl apply -k config/default`, plus the
+//! `--alertmanager-url` of `config/alertmanager` pointing at the tests' own Alertmanager.
 //!
 //! The node is shared by the node tests of one process and started once, when the first of them
 //! runs (so not beside the other end-to-end tests): the cluster `EVENT_SERIES_NODE_KUBECONFIG` points
@@ -8,6 +9,7 @@
 //! that cannot run a node (not Linux, not root, tools missing) skips the node tests with a line on
 //! stderr, except under `CI=true`, where that is a failure.
 
+use crate::alertmanager::{Alertmanager, Webhook};
 use crate::cluster::{client_for, kubectl_on};
 use crate::repo_root;
 use anyhow::{Context, Result, bail};
@@ -54,7 +56,11 @@ pub fn node() -> Option<&'static Path> {
                 }
             }
         };
-        if let Err(e) = install(&kubeconfig) {
+        let alerting = match alerting() {
+            Ok(a) => a,
+            Err(e) => panic!("starting the node tests' Alertmanager: {e:#}"),
+        };
+        if let Err(e) = install(&kubeconfig, &alerting.alertmanager.url()) {
             panic!("installing event-series on the node: {e:#}");
         }
         Some(kubeconfig)
@@ -67,12 +73,84 @@ pub async fn client(kubeconfig: &Path) -> Result<Client> {
     client_for(kubeconfig).await
 }
 
-/// `kubectl apply -k config/default` as the README says, the policy the tests share (short
-/// finishAfter, for namespaces labelled [`TEST_LABEL`]=fast), then waits for two Ready replicas and a
-/// leader. Idempotent: a second call finds it all in place.
-fn install(kubeconfig: &Path) -> Result<()> {
+/// The Alertmanager the operator's Pods send loop alerts to, on the node's bridge address, and the
+/// webhook it notifies: one for the process, started with the node, stopped when the process ends.
+pub struct Alerting {
+    pub webhook: Webhook,
+    pub alertmanager: Alertmanager,
+}
+
+/// The node tests' [`Alerting`], started once (by a thread that lives as long as the process, so
+/// that Alertmanager, which dies with the thread that started it, does too).
+pub fn alerting() -> Result<&'static Alerting> {
+    static ALERTING: OnceLock<Result<Alerting, String>> = OnceLock::new();
+    ALERTING
+        .get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let started = (|| {
+                    let ip: std::net::IpAddr = NODE_IP.parse()?;
+                    let webhook = Webhook::start_on(ip)?;
+                    let alertmanager = Alertmanager::start_on(ip, &webhook, "node")?;
+                    anyhow::Ok(Alerting {
+                        webhook,
+                        alertmanager,
+                    })
+                })();
+                let _ = tx.send(started.map_err(|e| format!("{e:#}")));
+                loop {
+                    std::thread::park();
+                }
+            });
+            rx.recv().map_err(|e| e.to_string()).and_then(|r| r)
+        })
+        .as_ref()
+        .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// `kubectl apply -k config/default` as the README says, with `--alertmanager-url` added as
+/// `config/alertmanager` adds it (pointing at the tests' Alertmanager), the policies the tests share
+/// (short finishAfter, for namespaces labelled [`TEST_LABEL`]=fast, ...), then waits for two Ready
+/// replicas and a leader. Idempotent: a second call finds it all in place.
+fn install(kubeconfig: &Path, alertmanager: &str) -> Result<()> {
     let config = repo_root().join("config/default");
     kubectl_on(kubeconfig, &["apply", "-k", &config.to_string_lossy()])?;
+    let args: serde_json::Value = serde_json::from_str(&kubectl_on(
+        kubeconfig,
+        &[
+            "-n",
+            NAMESPACE,
+            "get",
+            "deployment",
+            "event-series",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].args}",
+        ],
+    )?)?;
+    let mut args: Vec<String> = serde_json::from_value(args)?;
+    args.retain(|a| {
+        !a.starts_with("--alertmanager-url=") && !a.starts_with("--alert-resend-interval=")
+    });
+    args.push(format!("--alertmanager-url={alertmanager}"));
+    args.push("--alert-resend-interval=10s".to_owned());
+    let patch = serde_json::json!([{
+        "op": "replace",
+        "path": "/spec/template/spec/containers/0/args",
+        "value": args,
+    }]);
+    kubectl_on(
+        kubeconfig,
+        &[
+            "-n",
+            NAMESPACE,
+            "patch",
+            "deployment",
+            "event-series",
+            "--type=json",
+            "-p",
+            &patch.to_string(),
+        ],
+    )?;
     crate::cluster::apply_on(kubeconfig, TEST_POLICIES, &[])?;
     kubectl_on(
         kubeconfig,

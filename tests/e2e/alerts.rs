@@ -422,3 +422,49 @@ async fn ten_thousand_loops_in_a_thousand_namespaces_stay_within_the_caps() -> R
     drop(cluster);
     Ok(())
 }
+
+/// Alertmanager over HTTPS (its own CA, `--alertmanager-ca-file`) with basic auth from files, as a
+/// mounted Secret gives them: with a wrong password the posts are refused (401) and retried, and
+/// once the password file holds the right one (a rotated Secret) the next post goes through,
+/// without a restart.
+#[tokio::test]
+async fn alerts_reach_an_alertmanager_over_https_with_a_rotated_password() -> Result<()> {
+    use event_series_test_support::alertmanager::{PASSWORD, USER};
+    let client = client().await?;
+    let ns = TestNamespace::new(&client, "alert_https").await?;
+    let hook = Webhook::start()?;
+    let am = Alertmanager::start_secure(&hook, &ns.name)?;
+    let policy = policy(&ns.name, "1h", false)?;
+    let password = am.ca_file().with_file_name("password");
+    std::fs::write(&password, "not-the-password\n")?;
+    let (ca, pw) = (am.ca_file(), password.clone());
+    let extra = [
+        "--alertmanager-ca-file",
+        ca.to_str().context("path")?,
+        "--alertmanager-username",
+        USER,
+        "--alertmanager-password-file",
+        pw.to_str().context("path")?,
+    ];
+    let op = operator(&ns.name, &ns.name, &am, "5s", &extra)?;
+    let storm = crashloop_for(&ns.name, 12);
+    until("a refused post", Duration::from_secs(30), || {
+        op.metric("event_series_alerts_sent_total{outcome=\"failed\"}") >= 1.0
+    })
+    .await?;
+    assert_eq!(notified(&hook, &ns.name), (0, 0));
+    std::fs::write(&password, format!("{PASSWORD}\n"))?;
+    until("the firing notification", Duration::from_secs(60), || {
+        notified(&hook, &ns.name).0 == 1
+    })
+    .await?;
+    let total = joined(storm)?;
+    ends_notified_once(&client, &ns.name, &hook, total).await?;
+    assert_eq!(
+        op.metric("event_series_alerts_sent_total{outcome=\"rejected\"}"),
+        0.0,
+        "a refused credential is retried, not given up"
+    );
+    kubectl(&["delete", "eventseriespolicy", &policy])?;
+    ns.cleanup().await
+}

@@ -606,146 +606,69 @@ async fn deleting_a_namespace_with_an_ongoing_series() -> Result<()> {
     Ok(())
 }
 
-/// The operator's Deployment with its args changed by `change`, rolled out (both replicas Ready).
-async fn with_args(
-    kubeconfig: &Path,
-    client: &Client,
-    change: impl FnOnce(&mut Vec<String>),
-) -> Result<()> {
-    use k8s_openapi::api::apps::v1::Deployment;
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
-    let d = deployments.get("event-series").await?;
-    let mut args = d
-        .spec
-        .template
-        .spec
-        .and_then(|s| s.containers.into_iter().next())
-        .and_then(|c| c.args)
-        .context("the manager's args")?;
-    change(&mut args);
-    let patch = json!([{
-        "op": "replace",
-        "path": "/spec/template/spec/containers/0/args",
-        "value": args,
-    }]);
-    event_series_test_support::cluster::kubectl_on(
-        kubeconfig,
-        &[
-            "-n",
-            NAMESPACE,
-            "patch",
-            "deployment",
-            "event-series",
-            "--type=json",
-            "-p",
-            &patch.to_string(),
-        ],
-    )?;
-    event_series_test_support::cluster::kubectl_on(
-        kubeconfig,
-        &[
-            "-n",
-            NAMESPACE,
-            "rollout",
-            "status",
-            "deployment/event-series",
-            "--timeout=180s",
-        ],
-    )?;
-    eventually(
-        Duration::from_secs(120),
-        "two Ready replicas and a leader",
-        || async {
-            let ready = ready_operator_pods(client).await?.len() == 2;
-            Ok((ready && leader(client).await?.is_some()).then_some(()))
-        },
-    )
-    .await
-}
-
-/// #28 on the node: the operator's Pods, with `--alertmanager-url` as config/alertmanager sets it,
-/// post a kubelet crash loop to a real Alertmanager (on the node's bridge address): one firing
-/// notification once the BackOff has counted 3, none again while it loops through several
-/// re-posts (every 10 s), and one resolved notification with the final count once the Pod is
-/// deleted and the loop is Finished.
+/// #28 on the node: the operator's Pods, with `--alertmanager-url` as config/alertmanager sets it
+/// (pointing at the tests' Alertmanager on the node's bridge address), post a kubelet crash loop:
+/// one firing notification once the BackOff has counted 3, none again while it loops through
+/// several re-posts (every 10 s, and a leader change if the crash-loop test makes one meanwhile),
+/// and one resolved notification with the final count once the Pod is deleted and the loop is
+/// Finished.
 #[tokio::test]
 async fn a_crash_looping_pod_notifies_once_firing_and_once_resolved() -> Result<()> {
-    use event_series_test_support::alertmanager::{Alertmanager, Webhook};
-    let Some((kubeconfig, client)) = setup().await? else {
+    let Some((_, client)) = setup().await? else {
         return Ok(());
     };
-    // A rolling update of the operator: no other test may count on its replicas meanwhile.
-    let _exclusive = REPLICAS.write().await;
-    let ip: std::net::IpAddr = node::NODE_IP.parse()?;
-    let hook = Webhook::start_on(ip)?;
-    let am = Alertmanager::start_on(ip, &hook, "node")?;
-    let flags = [
-        format!("--alertmanager-url={}", am.url()),
-        "--alert-resend-interval=10s".to_owned(),
-    ];
-    with_args(kubeconfig, &client, |args| {
-        args.extend(flags.iter().cloned())
+    let hook = &node::alerting()?.webhook;
+    let (ns, pods, _) = crash_loop(&client, "alerts", "alerts").await?;
+    let notified = || {
+        let alerts = hook.alerts_with(&[("namespace", ns.as_str()), ("reason", "BackOff")]);
+        let firing = alerts.iter().filter(|(s, _)| s == "firing").count();
+        (firing, alerts.len() - firing, alerts)
+    };
+    eventually(
+        Duration::from_secs(300),
+        "the firing notification",
+        || async { Ok((notified().0 == 1).then_some(())) },
+    )
+    .await?;
+    let (_, _, alerts) = notified();
+    let at: u64 = alerts[0].1["annotations"]["count"]
+        .as_str()
+        .and_then(|c| c.parse().ok())
+        .context("count")?;
+    ensure!(at >= 3, "fired at count {at}, below minCount 3");
+    // Several re-posts while it keeps looping.
+    tokio::time::sleep(Duration::from_secs(45)).await;
+    ensure!(
+        notified().0 == 1,
+        "a second firing notification: {:#?}",
+        notified().2
+    );
+    pods.delete("crash", &DeleteParams::default()).await?;
+    let finished = eventually(Duration::from_secs(240), "the series Finished", || async {
+        let found = series_for(&client, &ns, "BackOff").await?;
+        Ok(found.into_iter().find(|s| state(s) == "Finished"))
     })
     .await?;
-    let outcome = async {
-        let (ns, pods, _) = crash_loop(&client, "alerts", "alerts").await?;
-        let notified = || {
-            let alerts = hook.alerts_with(&[("namespace", ns.as_str()), ("reason", "BackOff")]);
-            let firing = alerts.iter().filter(|(s, _)| s == "firing").count();
-            (firing, alerts.len() - firing, alerts)
-        };
-        eventually(
-            Duration::from_secs(300),
-            "the firing notification",
-            || async { Ok((notified().0 == 1).then_some(())) },
-        )
-        .await?;
-        let (_, _, alerts) = notified();
-        let at: u64 = alerts[0].1["annotations"]["count"]
-            .as_str()
-            .and_then(|c| c.parse().ok())
-            .context("count")?;
-        ensure!(at >= 3, "fired at count {at}, below minCount 3");
-        // Several re-posts while it keeps looping.
-        tokio::time::sleep(Duration::from_secs(45)).await;
-        ensure!(
-            notified().0 == 1,
-            "a second firing notification: {:#?}",
-            notified().2
-        );
-        pods.delete("crash", &DeleteParams::default()).await?;
-        let finished = eventually(Duration::from_secs(240), "the series Finished", || async {
-            let found = series_for(&client, &ns, "BackOff").await?;
-            Ok(found.into_iter().find(|s| state(s) == "Finished"))
-        })
-        .await?;
-        eventually(
-            Duration::from_secs(60),
-            "the resolved notification",
-            || async { Ok((notified().1 >= 1).then_some(())) },
-        )
-        .await?;
-        let (firing, resolved, alerts) = notified();
-        ensure!((firing, resolved) == (1, 1), "{alerts:#?}");
-        let last = &alerts
-            .iter()
-            .find(|(s, _)| s == "resolved")
-            .context("resolved")?
-            .1;
-        ensure!(
-            last["annotations"]["count"].as_str() == Some(count(&finished).to_string().as_str()),
-            "the resolved alert carries the final count {}: {last}",
-            count(&finished)
-        );
-        Api::<Namespace>::all(client.clone())
-            .delete(&ns, &DeleteParams::default())
-            .await?;
-        anyhow::Ok(())
-    }
-    .await;
-    with_args(kubeconfig, &client, |args| {
-        args.retain(|a| !a.starts_with("--alert"));
-    })
+    eventually(
+        Duration::from_secs(60),
+        "the resolved notification",
+        || async { Ok((notified().1 >= 1).then_some(())) },
+    )
     .await?;
-    outcome
+    let (firing, resolved, alerts) = notified();
+    ensure!((firing, resolved) == (1, 1), "{alerts:#?}");
+    let last = &alerts
+        .iter()
+        .find(|(s, _)| s == "resolved")
+        .context("resolved")?
+        .1;
+    ensure!(
+        last["annotations"]["count"].as_str() == Some(count(&finished).to_string().as_str()),
+        "the resolved alert carries the final count {}: {last}",
+        count(&finished)
+    );
+    Api::<Namespace>::all(client.clone())
+        .delete(&ns, &DeleteParams::default())
+        .await?;
+    Ok(())
 }
