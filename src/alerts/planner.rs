@@ -89,9 +89,9 @@ impl Planner {
             let Some(rule) = view.alert() else {
                 return;
             };
-            if view.seen + view.settings.finish_after <= now {
-                return;
-            }
+            // Quiet for finishAfter: its finish is on its way (or held until the input is known
+            // complete). An alert already firing stays so; a new one is not raised.
+            let due = view.seen + view.settings.finish_after <= now;
             match self.firing.get_mut(&view.id) {
                 Some(f) if f.first == view.first => {
                     f.scan = scan;
@@ -100,6 +100,7 @@ impl Planner {
                         out.push(f.alert.clone());
                     }
                 }
+                _ if due => {}
                 _ => new.push(Candidate {
                     first: view.first,
                     id: view.id,
@@ -374,6 +375,15 @@ mod tests {
             p.scan(&e, at(6 * 60 + 1)).is_empty(),
             "its finish is on its way"
         );
+        // One firing already, its finish held back by the input clock: it stays firing.
+        let mut firing = Planner::new(TimeDelta::minutes(1), limits(100));
+        assert_eq!(firing.scan(&e, at(10)).len(), 1);
+        let later = firing.scan(&e, at(6 * 60 + 1));
+        assert!(
+            later.iter().all(|a| !a.is_resolved(at(6 * 60 + 1))),
+            "not resolved by a scan: {later:?}"
+        );
+        assert_eq!(firing.firing(), 1);
         e.tick(at(6 * 60 + 2));
         let finish = e
             .take_intents()
