@@ -100,7 +100,7 @@ impl Outbox {
         metrics: Arc<Metrics>,
         health: Arc<Health>,
     ) {
-        let mut delays = crate::retry::delays(Duration::from_millis(500), Duration::from_secs(30));
+        let mut delays = crate::retry::delays(Duration::from_millis(500), Duration::from_secs(10));
         let mut last_warning: Option<Instant> = None;
         let mut failing_since: Option<Instant> = None;
         loop {
@@ -134,7 +134,7 @@ impl Outbox {
                 if failing_since.take().is_some() {
                     health.alerts_failing_since(None);
                 }
-                delays = crate::retry::delays(Duration::from_millis(500), Duration::from_secs(30));
+                delays = crate::retry::delays(Duration::from_millis(500), Duration::from_secs(10));
                 continue;
             }
             metrics.alerts_sent("failed", n);
@@ -149,7 +149,7 @@ impl Outbox {
                 }
             }
             self.put_back(batch);
-            tokio::time::sleep(delays.next().unwrap_or(Duration::from_secs(30))).await;
+            tokio::time::sleep(delays.next().unwrap_or(Duration::from_secs(10))).await;
         }
     }
 }

@@ -31,7 +31,12 @@ fn policy(ns: &str, heartbeat: &str, required: bool) -> Result<String> {
 /// (at most 25: the recorder's spam filter lets 25 through, then one per 5 minutes), in a thread
 /// of its own; it returns the occurrences the API server took.
 fn crashloop_for(ns: &str, count: u32) -> std::thread::JoinHandle<Result<u64>> {
-    let (ns, count) = (ns.to_owned(), count.to_string());
+    crashloop_at(ns, count, "1")
+}
+
+/// [`crashloop_for`] at `rate` occurrences a second.
+fn crashloop_at(ns: &str, count: u32, rate: &str) -> std::thread::JoinHandle<Result<u64>> {
+    let (ns, count, rate) = (ns.to_owned(), count.to_string(), rate.to_owned());
     std::thread::spawn(move || {
         emit(
             &ns,
@@ -41,7 +46,7 @@ fn crashloop_for(ns: &str, count: u32) -> std::thread::JoinHandle<Result<u64>> {
                 "--pods",
                 "1",
                 "--rate",
-                "1",
+                &rate,
                 "--count",
                 &count,
             ],
@@ -261,8 +266,8 @@ async fn a_standby_posts_the_same_alert_after_the_leader_is_killed() -> Result<(
     ns.cleanup().await
 }
 
-/// Alertmanager stops for 15 s mid-loop and comes back: the series object was written all along
-/// (heartbeats every 3 s), the failed posts were retried, the alert is held again afterwards, and
+/// Alertmanager stops for a minute mid-loop (25 occurrences 4 s apart) and comes back: the series
+/// object was written all along (heartbeats every 3 s), the failed posts were retried, the alert is held again afterwards, and
 /// the webhook got one firing and one resolved notification, no more. The policy requires its
 /// alerts: `/readyz` says so while none gets through, and recovers.
 #[tokio::test]
@@ -273,14 +278,14 @@ async fn alertmanager_down_mid_loop_delays_alerts_not_writes() -> Result<()> {
     let mut am = Alertmanager::start(&hook, &ns.name)?;
     let policy = policy(&ns.name, "3s", true)?;
     let op = operator(&ns.name, &ns.name, &am, "5s", &["--request-timeout", "5s"])?;
-    let storm = crashloop_for(&ns.name, 25);
+    let storm = crashloop_at(&ns.name, 25, "0.25");
     until("the firing notification", Duration::from_secs(30), || {
         notified(&hook, &ns.name).0 == 1
     })
     .await?;
     am.stop()?;
     let before = wait_for(&client, &ns.name, "the series", |o| o.len() == 1).await?;
-    tokio::time::sleep(Duration::from_secs(15)).await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
     let during = wait_for(&client, &ns.name, "the series", |o| o.len() == 1).await?;
     assert!(
         count(&during[0]) >= count(&before[0]) + 10,
