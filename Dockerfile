@@ -4,7 +4,7 @@
 # scratch (no shell, no libc), uid 65532. `just image` builds the same runtime image without Docker
 # (hack/image.sh: the same static build, then buildah on hack/image.Containerfile, whose lines are the
 # runtime stage below; a test keeps the two equal).
-#   docker build -t ghcr.io/event-series/event-series:v0.1.0 .
+#   docker build -t ghcr.io/event-series/event-series:v0.2.0-dev .
 #
 # Dependency caching: BuildKit cache mounts (the cargo registry, git checkouts and target/) instead of
 # the "copy Cargo.toml, build a stub main.rs" trick. The stub must mirror every target the manifest

@@ -7,6 +7,9 @@ default:
     @just --list
 
 # Everything: fmt, clippy, unit, property, manifest (helm, promtool) and end-to-end tests (real kube-apiserver in target/envtest-e2e; a real node in target/envtest-node, which must start when CI=true).
+# The end-to-end tests `just test` runs on the oldest supported minor too.
+oldest_subset := "operator:: install:: policy:: ha:: watch::"
+
 test: lint
     #!/usr/bin/env bash
     set -euo pipefail
@@ -14,11 +17,19 @@ test: lint
     node_dir="$PWD/target/envtest-node"
     trap 'bash hack/cluster-down.sh; ENVTEST_DIR="$node_dir" bash hack/cluster-down.sh' EXIT
     bash hack/build-envtest.sh node   # apiserver, etcd, kubectl, the client-go emitter; scheduler, controller-manager, kubelet, kube-proxy, pause
-    bash hack/tools.sh                # helm and promtool, for the chart and alert-rule tests
+    bash hack/tools.sh                # helm (3 and 4), promtool, alertmanager: the chart, alert-rule and alert tests
     bash hack/cluster-up.sh
     # The node tests start their node (hack/cluster-up-node.sh in target/envtest-node) when their turn
     # comes, so that it does not run beside the other end-to-end tests.
     EVENT_SERIES_E2E_KUBECONFIG="$ENVTEST_DIR/kubeconfig" cargo test --workspace --all-targets
+    # The oldest supported Kubernetes minor: lifecycle, restart, install and admission policy
+    # (`just test-matrix` runs the whole end-to-end suite on every minor).
+    MATRIX_OLDEST=1 MATRIX_TESTS="{{oldest_subset}}" bash hack/test-matrix.sh
+
+# The apiserver end-to-end suite on every supported Kubernetes minor (tests/envtest/minors and the
+# newest); the table of results in target/matrix/versions.md. MATRIX_MINORS="1.34" picks some.
+test-matrix:
+    bash hack/test-matrix.sh
 
 # A local real kube-apiserver + etcd (kubeconfig target/envtest/kubeconfig, kubectl target/envtest/bin/kubectl).
 cluster-up:

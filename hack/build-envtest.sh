@@ -8,6 +8,10 @@
 # Where KUBEBUILDER_ASSETS names a directory with kube-apiserver, etcd and kubectl (setup-envtest's
 # binaries, for someone who has them already), those are copied instead of built; the rest is built.
 #
+# ENVTEST_MINOR=1.34 (a folder of tests/envtest/minors, written by hack/envtest-minor.sh) builds
+# kube-apiserver, etcd and kubectl of that older minor, from the same sources with `go build -modfile`,
+# into target/envtest/bin-1.34 (the test matrix); the emitter and the node's binaries are the newest's.
+#
 # Usage: hack/build-envtest.sh [--force] [name...]   (default: the first four; "node" adds the node four)
 set -euo pipefail
 
@@ -15,6 +19,16 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MOD="$ROOT/tests/envtest"
 BIN="$ROOT/target/envtest/bin"
 ALL=(kube-apiserver etcd kubectl emitter)
+MINOR="${ENVTEST_MINOR:-}"
+modfile=()
+if [ -n "$MINOR" ]; then
+  [ -f "$MOD/minors/$MINOR/go.mod" ] || {
+    echo "build-envtest: no module file for Kubernetes $MINOR (have: $(ls "$MOD/minors" | tr '\n' ' ')); write one with hack/envtest-minor.sh" >&2
+    exit 2
+  }
+  modfile=("-modfile=$MOD/minors/$MINOR/go.mod")
+  BIN="$ROOT/target/envtest/bin-$MINOR"
+fi
 NODE=(kube-scheduler kube-controller-manager kubelet kube-proxy pause)
 
 force=0
@@ -28,6 +42,19 @@ for a in "$@"; do
   esac
 done
 [ ${#names[@]} -gt 0 ] || names=("${ALL[@]}")
+if [ -n "$MINOR" ]; then
+  # The emitter is a client of the newest release; the node is built for the newest only.
+  kept=()
+  for n in "${names[@]}"; do
+    case "$n" in
+      kube-apiserver | etcd | kubectl) kept+=("$n") ;;
+      emitter) ENVTEST_MINOR='' "$0" $([ "$force" = 1 ] && echo --force) emitter ;;
+      *) echo "build-envtest: $n is built for the newest release only (unset ENVTEST_MINOR)" >&2; exit 2 ;;
+    esac
+  done
+  names=("${kept[@]}")
+  [ ${#names[@]} -gt 0 ] || exit 0
+fi
 
 command -v go >/dev/null 2>&1 || export PATH="$PATH:/usr/local/go/bin"
 command -v go >/dev/null 2>&1 || { echo "build-envtest: go not found (need Go >= 1.26)" >&2; exit 1; }
@@ -39,7 +66,9 @@ stale() {
   local out="$BIN/$1" f
   [ "$force" = 1 ] && return 0
   [ -x "$out" ] || return 0
-  for f in "$MOD/go.mod" "$MOD/go.sum" "$MOD/cmd/$1"/*.go "$ROOT/hack/build-envtest.sh"; do
+  local mod="$MOD/go.mod"
+  [ -n "$MINOR" ] && mod="$MOD/minors/$MINOR/go.mod"
+  for f in "$mod" "${mod%.mod}.sum" "$MOD/cmd/$1"/*.go "$ROOT/hack/build-envtest.sh"; do
     [ "$f" -nt "$out" ] && return 0
   done
   return 1
@@ -54,6 +83,7 @@ flock 9
 from_assets() {
   local src="${KUBEBUILDER_ASSETS:-}/$1"
   case "$1" in kube-apiserver | etcd | kubectl) ;; *) return 1 ;; esac
+  [ -z "$MINOR" ] || return 1
   [ -n "${KUBEBUILDER_ASSETS:-}" ] && [ -x "$src" ] || return 1
   if ! cmp -s "$src" "$BIN/$1"; then
     cp "$src" "$BIN/$1.tmp" && mv "$BIN/$1.tmp" "$BIN/$1"
@@ -72,8 +102,8 @@ done
 cd "$MOD"
 # Stamp the Kubernetes version the way the upstream release build does, so that
 # /version and `kubectl version` report the release instead of v0.0.0-master.
-kver="$(go list -m -f '{{.Version}}' k8s.io/kubernetes)"
-kdate="$(go list -m -f '{{.Time}}' k8s.io/kubernetes | cut -c1-19 | tr ' ' T)Z"
+kver="$(go list "${modfile[@]}" -m -f '{{.Version}}' k8s.io/kubernetes)"
+kdate="$(go list "${modfile[@]}" -m -f '{{.Time}}' k8s.io/kubernetes | cut -c1-19 | tr ' ' T)Z"
 major="${kver#v}"; major="${major%%.*}"
 minor="${kver#v*.}"; minor="${minor%%.*}"
 ldflags="-s -w"
@@ -88,7 +118,7 @@ echo "build-envtest: building ${todo[*]} (Kubernetes $kver) into $BIN" >&2
 start=$SECONDS
 # -mod=readonly: go.mod/go.sum are committed; missing modules come from GOPROXY.
 # CGO_ENABLED=0 as in the upstream release build: static binaries, no C toolchain.
-CGO_ENABLED=0 go build -mod=readonly -trimpath -buildvcs=false -ldflags "$ldflags" -o "$BIN/" "${pkgs[@]}"
+CGO_ENABLED=0 go build "${modfile[@]}" -mod=readonly -trimpath -buildvcs=false -ldflags "$ldflags" -o "$BIN/" "${pkgs[@]}"
 # go build leaves an up-to-date output untouched only in some cases; make the
 # staleness check above reliable.
 for n in "${todo[@]}"; do touch "$BIN/$n"; done

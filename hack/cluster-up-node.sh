@@ -77,6 +77,7 @@ if [ -w /proc/sys/net/bridge/bridge-nf-call-iptables ]; then
   sysctl -qw net.bridge.bridge-nf-call-iptables=1
 fi
 
+[ -z "${ENVTEST_MINOR:-}" ] || { echo "cluster-up-node: the node is built for the newest release only; unset ENVTEST_MINOR" >&2; exit 2; }
 ENVTEST_NODE=1 bash "$ROOT/hack/cluster-up.sh"
 # shellcheck disable=SC1091
 . "$DIR/cluster.env"

@@ -7,6 +7,8 @@
 . "$ROOT/hack/common.sh"
 
 BIN="$ROOT/target/envtest/bin"
+# ENVTEST_MINOR=1.34: the servers and kubectl of that older minor (hack/build-envtest.sh, the test matrix).
+[ -z "${ENVTEST_MINOR:-}" ] || BIN="$ROOT/target/envtest/bin-$ENVTEST_MINOR"
 # The node cluster's address on this machine: the gateway of the pod bridge that
 # hack/cluster-up-node.sh makes (pods reach the apiserver there, through kube-proxy).
 NODE_IP=10.244.0.1

@@ -97,17 +97,29 @@ fn helm_template(helm: &PathBuf, set: &[&str]) -> BTreeMap<(String, String, Stri
     objects(&run(helm, &args))
 }
 
+/// Helm 3 and Helm 4 (`hack/tools.sh` builds both): the chart is linted, rendered and validated by
+/// each, since users run either.
+fn helms() -> Vec<PathBuf> {
+    ["target/tools/bin/helm", "target/tools/bin/helm4"]
+        .into_iter()
+        .filter_map(tool)
+        .collect()
+}
+
 #[test]
 fn helm_lint_is_clean() {
-    let Some(helm) = tool("target/tools/bin/helm") else {
-        return;
-    };
-    let out = run(&helm, &["lint", "--strict", CHART]);
+    for helm in helms() {
+        lint_with(&helm);
+    }
+}
+
+fn lint_with(helm: &PathBuf) {
+    let out = run(helm, &["lint", "--strict", CHART]);
     println!("{out}");
     assert!(out.contains("0 chart(s) failed"), "{out}");
     // The values that switch parts on lint as well.
     run(
-        &helm,
+        helm,
         &[
             "lint",
             "--strict",
@@ -335,11 +347,46 @@ fn the_chart_refuses_two_writers() {
 /// render with a message naming it; the placement values render where a user expects them.
 #[test]
 fn the_values_schema_refuses_wrong_values_by_name_and_placement_values_render() {
-    let Some(helm) = tool("target/tools/bin/helm") else {
+    for helm in helms() {
+        schema_with(&helm);
+    }
+}
+
+/// Helm 4 renders the chart exactly as Helm 3 does, with the default values and with every
+/// optional part switched on.
+#[test]
+fn helm_4_renders_what_helm_3_renders() {
+    let (Some(helm3), Some(helm4)) = (
+        tool("target/tools/bin/helm"),
+        tool("target/tools/bin/helm4"),
+    ) else {
         return;
     };
+    let version = run(&helm4, &["version", "--short"]);
+    assert!(version.starts_with("v4."), "{version}");
+    for set in [
+        &[][..],
+        &[
+            "serviceMonitor.enabled=true,prometheusRule.enabled=true,metrics.certSecret=tls",
+            "alertmanager.urls={https://am.monitoring:9093},alertmanager.secret.name=am",
+            "priorityClassName=system-cluster-critical,podLabels.team=platform",
+        ][..],
+    ] {
+        let (three, four) = (helm_template(&helm3, set), helm_template(&helm4, set));
+        assert!(three.len() > 10, "{} objects", three.len());
+        assert_eq!(
+            three.keys().collect::<Vec<_>>(),
+            four.keys().collect::<Vec<_>>()
+        );
+        for (key, object) in &three {
+            assert_eq!(Some(object), four.get(key), "{key:?} differs under {set:?}");
+        }
+    }
+}
+
+fn schema_with(helm: &PathBuf) {
     let refused = |set: &str| -> String {
-        let out = Command::new(&helm)
+        let out = Command::new(helm)
             .args(["template", "event-series", CHART, "--set", set])
             .current_dir(repo_root())
             .output()
@@ -369,7 +416,7 @@ fn the_values_schema_refuses_wrong_values_by_name_and_placement_values_render() 
         );
     }
     let placed = helm_template(
-        &helm,
+        helm,
         &[
             "priorityClassName=system-cluster-critical,podLabels.team=platform,logLevel=debug",
             "topologySpreadConstraints[0].maxSkew=2,topologySpreadConstraints[0].topologyKey=zone",

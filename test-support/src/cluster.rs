@@ -231,7 +231,7 @@ pub fn kubectl(args: &[&str]) -> Result<String> {
 /// `kubectl apply --server-side -f -` of `yaml` on the cluster behind `kubeconfig`; stderr is the error.
 pub fn apply_on(kubeconfig: &Path, yaml: &str, extra: &[&str]) -> Result<String> {
     use std::io::Write;
-    let mut child = Command::new(repo_root().join("target/envtest/bin/kubectl"))
+    let mut child = Command::new(crate::kubectl_bin())
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .args(["apply", "--server-side", "-f", "-"])
@@ -254,7 +254,7 @@ pub fn apply_on(kubeconfig: &Path, yaml: &str, extra: &[&str]) -> Result<String>
 
 /// Runs `kubectl` against the cluster behind `kubeconfig`.
 pub fn kubectl_on(kubeconfig: &Path, args: &[&str]) -> Result<String> {
-    let bin = repo_root().join("target/envtest/bin/kubectl");
+    let bin = crate::kubectl_bin();
     let out = Command::new(&bin)
         .arg("--kubeconfig")
         .arg(kubeconfig)

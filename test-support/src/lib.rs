@@ -38,3 +38,14 @@ pub fn repo_root() -> PathBuf {
     let this_crate = Path::new(env!("CARGO_MANIFEST_DIR"));
     this_crate.parent().unwrap_or(this_crate).to_path_buf()
 }
+
+/// `kubectl` of the release the test cluster runs: the newest's, or under `ENVTEST_MINOR` (the
+/// test matrix, `just test-matrix`) the older minor's, as `hack/build-envtest.sh` builds them.
+pub fn kubectl_bin() -> PathBuf {
+    match std::env::var("ENVTEST_MINOR") {
+        Ok(minor) if !minor.is_empty() => {
+            repo_root().join(format!("target/envtest/bin-{minor}/kubectl"))
+        }
+        _ => repo_root().join("target/envtest/bin/kubectl"),
+    }
+}

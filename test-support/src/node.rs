@@ -14,9 +14,11 @@ use crate::cluster::{client_for, kubectl_on};
 use crate::repo_root;
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::{Event, Namespace, Pod};
+use k8s_openapi::api::events::v1::Event as Series;
 use kube::Client;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -226,6 +228,92 @@ spec:
     minCount: 3
     types: [Warning]
 "#;
+
+/// Loads an image archive (OCI) into the node's containerd, where the kubelet finds it without a
+/// registry, as `hack/cluster-up-node.sh` loads this checkout's.
+pub fn import_image(archive: &Path) -> Result<()> {
+    let out = Command::new("ctr")
+        .args(["--address", "/run/event-series-node/containerd.sock"])
+        .args(["-n", "k8s.io", "images", "import"])
+        .arg(archive)
+        .output()?;
+    if !out.status.success() {
+        bail!(
+            "ctr images import {}: {}",
+            archive.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// The operator's image this checkout builds (`hack/image.sh`: the crate's version as its tag).
+pub fn operator_image() -> Result<String> {
+    let manifest = std::fs::read_to_string(repo_root().join("Cargo.toml"))?;
+    let version = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("version = \""))
+        .and_then(|v| v.strip_suffix('"'))
+        .context("no version in Cargo.toml")?;
+    Ok(format!("ghcr.io/event-series/event-series:v{version}"))
+}
+
+/// A namespace of the test's own, labelled for one of the tests' policies (`fast` or `note`).
+pub async fn namespace(client: &Client, name: &str, policy: &str) -> Result<String> {
+    let name = format!("node-{name}-{}", std::process::id());
+    let ns: Namespace = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {TEST_LABEL: policy}}
+    }))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
+    // The ServiceAccount admission plugin needs the namespace's default ServiceAccount.
+    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(client.clone(), &name);
+    eventually(
+        Duration::from_secs(60),
+        "no default ServiceAccount",
+        || async { Ok(sas.get_opt("default").await?.map(|_| ())) },
+    )
+    .await?;
+    Ok(name)
+}
+
+/// A Pod whose container exits 1 at once: the operator's own image with an argument it refuses.
+pub fn crash_pod(name: &str) -> Result<Pod> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "dnsPolicy": "Default",
+            "automountServiceAccountToken": false,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{
+                "name": "crash",
+                "image": operator_image()?,
+                "imagePullPolicy": "IfNotPresent",
+                "args": ["--no-such-flag"],
+            }],
+        }
+    }))?)
+}
+
+/// The series objects of `ns` whose reason is `reason`.
+pub async fn series_for(client: &Client, ns: &str, reason: &str) -> Result<Vec<Series>> {
+    Ok(crate::cluster::series(client, ns)
+        .await?
+        .into_iter()
+        .filter(|s| s.reason.as_deref() == Some(reason))
+        .collect())
+}
+
+/// The occurrences the raw events of `ns` with `reason` about `name` stand for.
+pub async fn raw_total(client: &Client, ns: &str, reason: &str, name: &str) -> Result<u64> {
+    Ok(raw_events(client, ns, reason, name)
+        .await?
+        .iter()
+        .map(raw_count)
+        .sum())
+}
 
 /// The operator's Pods that are Ready, by name.
 pub async fn ready_operator_pods(client: &Client) -> Result<Vec<String>> {

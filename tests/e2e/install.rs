@@ -545,17 +545,28 @@ async fn refused_by_the_admission_policy(
 /// `helm uninstall` removes everything but the CRD (`helm.sh/resource-policy: keep`).
 #[tokio::test]
 async fn helm_installs_and_uninstalls_the_chart_on_a_fresh_cluster() -> Result<()> {
-    let helm = repo_root().join("target/tools/bin/helm");
+    helm_cycle("helm").await
+}
+
+/// The same with Helm 4 (`hack/tools.sh helm4`), which users move to: install, a second release
+/// refused, upgrade with the CRD, uninstall keeping the CRD.
+#[tokio::test]
+async fn helm_4_installs_and_uninstalls_the_chart_on_a_fresh_cluster() -> Result<()> {
+    helm_cycle("helm4").await
+}
+
+async fn helm_cycle(tool: &str) -> Result<()> {
+    let helm = repo_root().join("target/tools/bin").join(tool);
     if !helm.exists() {
         anyhow::ensure!(
             std::env::var("CI").as_deref() != Ok("true"),
             "{} is missing (hack/tools.sh builds it)",
             helm.display()
         );
-        println!("skipped: no helm; run `just tools`");
+        println!("skipped: no {tool}; run `just tools`");
         return Ok(());
     }
-    let cluster = Dedicated::start_bare("helm", &[])?;
+    let cluster = Dedicated::start_bare(tool, &[])?;
     let kc = cluster.kubeconfig.as_path();
     let helm_on = |args: &[&str]| -> Result<String> {
         let out = std::process::Command::new(&helm)

@@ -221,7 +221,7 @@ async fn series_are_read_as_series_with_filters_formats_and_watch() -> Result<()
         plugin_dir.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let plugin = Command::new(repo_root().join("target/envtest/bin/kubectl"))
+    let plugin = Command::new(event_series_test_support::kubectl_bin())
         .args(["series", "-n", &ns.name, "--state", "Finished"])
         .env("PATH", &path)
         .env("KUBECONFIG", kc)
@@ -234,7 +234,7 @@ async fn series_are_read_as_series_with_filters_formats_and_watch() -> Result<()
         String::from_utf8_lossy(&plugin.stderr)
     );
     assert_eq!(cells(&text).len(), 3, "header and two rows");
-    let help = Command::new(repo_root().join("target/envtest/bin/kubectl"))
+    let help = Command::new(event_series_test_support::kubectl_bin())
         .args(["series", "--help"])
         .env("PATH", &path)
         .output()?;

@@ -5,10 +5,10 @@
 
 use anyhow::{Context, Result, ensure};
 use event_series_test_support::audit;
-use event_series_test_support::cluster::{count, series, state};
+use event_series_test_support::cluster::{count, state};
 use event_series_test_support::node::{
-    self, NAMESPACE, TEST_LABEL, eventually, leader, metric_sum, raw_count, raw_events,
-    ready_operator_pods, scrape,
+    self, NAMESPACE, crash_pod, eventually, leader, metric_sum, namespace, raw_count, raw_events,
+    raw_total, ready_operator_pods, scrape, series_for,
 };
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::events::v1::Event as Series;
@@ -33,63 +33,6 @@ async fn setup() -> Result<Option<(&'static Path, Client)>> {
         return Ok(None);
     };
     Ok(Some((kubeconfig, node::client(kubeconfig).await?)))
-}
-
-/// A namespace of the test's own, labelled for one of the tests' policies (`fast` or `note`).
-async fn namespace(client: &Client, name: &str, policy: &str) -> Result<String> {
-    let name = format!("node-{name}-{}", std::process::id());
-    let ns: Namespace = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {TEST_LABEL: policy}}
-    }))?;
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await?;
-    // The ServiceAccount admission plugin needs the namespace's default ServiceAccount.
-    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> =
-        Api::namespaced(client.clone(), &name);
-    eventually(
-        Duration::from_secs(60),
-        "no default ServiceAccount",
-        || async { Ok(sas.get_opt("default").await?.map(|_| ())) },
-    )
-    .await?;
-    Ok(name)
-}
-
-/// A Pod whose container exits 1 at once: the operator's own image with an argument it refuses.
-fn crash_pod(name: &str) -> Result<Pod> {
-    Ok(serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {
-            "dnsPolicy": "Default",
-            "automountServiceAccountToken": false,
-            "terminationGracePeriodSeconds": 0,
-            "containers": [{
-                "name": "crash",
-                "image": IMAGE,
-                "imagePullPolicy": "IfNotPresent",
-                "args": ["--no-such-flag"],
-            }],
-        }
-    }))?)
-}
-
-/// The series objects of `ns` whose reason is `reason`.
-async fn series_for(client: &Client, ns: &str, reason: &str) -> Result<Vec<Series>> {
-    Ok(series(client, ns)
-        .await?
-        .into_iter()
-        .filter(|s| s.reason.as_deref() == Some(reason))
-        .collect())
-}
-
-/// The occurrences the raw events of `ns` with `reason` about `name` stand for.
-async fn raw_total(client: &Client, ns: &str, reason: &str, name: &str) -> Result<u64> {
-    Ok(raw_events(client, ns, reason, name)
-        .await?
-        .iter()
-        .map(raw_count)
-        .sum())
 }
 
 /// A namespace of its own (labelled for `policy`) with a crash-looping Pod `crash`, once the
