@@ -48,7 +48,12 @@ if [ -n "$MINOR" ]; then
   for n in "${names[@]}"; do
     case "$n" in
       kube-apiserver | etcd | kubectl) kept+=("$n") ;;
-      emitter) ENVTEST_MINOR='' "$0" $([ "$force" = 1 ] && echo --force) emitter ;;
+      emitter)
+        if [ "$force" = 1 ]; then
+          ENVTEST_MINOR='' bash "$ROOT/hack/build-envtest.sh" --force emitter
+        else
+          ENVTEST_MINOR='' bash "$ROOT/hack/build-envtest.sh" emitter
+        fi ;;
       *) echo "build-envtest: $n is built for the newest release only (unset ENVTEST_MINOR)" >&2; exit 2 ;;
     esac
   done

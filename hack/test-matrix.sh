@@ -65,9 +65,10 @@ for m in "${minors[@]}"; do
     result=FAILED
     status=1
   fi
-  summary="$(grep -E '^test result:' "$log" | tail -n 1 | sed 's/^test result: //; s/; finished in.*//')"
+  # "test result: ok. 52 passed; 0 failed; ..." -> "52 passed, 0 failed"
+  summary="$(grep -E '^test result:' "$log" | tail -n 1 | sed -E 's/.* ([0-9]+) passed; ([0-9]+) failed.*/\1 passed, \2 failed/')"
   echo "test-matrix: $m $result in $((SECONDS - started)) s: ${summary:-no test result (see $log)}" >&2
-  rows+=("| $m | $(release "$m") | $result: ${summary:-see log} | $(date -u +%F) |")
+  rows+=("| $m | $(release "$m") | $result (${summary:-no test result}) | $(date -u +%F) |")
 done
 
 {
