@@ -103,9 +103,9 @@ bench: && bench-e2e bench-node
 demo:
     bash hack/demo.sh
 
-# Every benchmark, one after the other (about seven hours on 2 cores): bench (engine, memory, the end-to-end set, the node), heartbeats, scale, failover, growth, the soak; then the generated tables of docs/ from the new result files.
-bench-all: bench bench-heartbeats bench-scale bench-failover bench-growth bench-soak
-    python3 bench/tables.py --latest
+# Every benchmark, one after the other (about seven hours on 2 cores): engine, memory, the end-to-end set, the node, heartbeats, scale, failover, growth, the soak; then the generated tables of docs/ and the list of stale ones. RESUME=1 skips a benchmark whose newest result is current (bench/all.sh).
+bench-all:
+    bash bench/all.sh
 
 # The engine's criterion benchmarks of two commits side by side, alternating in the same minutes (bench/results/engine-compare/).
 bench-engine-compare base head="HEAD":

@@ -12,6 +12,10 @@ A generated table sits between two markers that name its generator and its resul
                                       its kind (the date in its path: `just bench-all` ends with this)
     python3 bench/tables.py --check   exits 1 and names each table that differs from its file
                                       (tests/docs.rs runs this)
+    python3 bench/tables.py --stale   names each table whose result file was measured on other
+                                      operator code than HEAD's (src/, core/, the dependencies), with
+                                      what changed since: figures to re-run (`RESUME=1 just bench-all`
+                                      re-runs only those)
 
 The result file's commit and machine are printed under each table, so a figure always says what it
 measured.
@@ -21,6 +25,7 @@ import glob
 import json
 import os
 import re
+import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -172,22 +177,86 @@ def render(text, latest=False):
         name, path = m.group(1), m.group(2)
         if latest:
             path = newest(path)
-        with open(os.path.join(ROOT, path)) as f:
-            d = json.load(f)
-        run = os.path.dirname(os.path.join(ROOT, path))
-        if "commit" not in d and os.path.exists(os.path.join(run, "commit")):
-            # a soak keeps its commit and machine beside its summary
-            with open(os.path.join(run, "commit")) as f:
-                d["commit"] = f.read().strip()
-            with open(os.path.join(run, "machine.json")) as f:
-                d["machine"] = json.load(f)
+        d = result(path)
         return "<!-- table: {} {} -->\n{}{}<!-- /table -->\n".format(name, path, GENERATORS[name](d), source(d, path))
     return MARKER.sub(one, text)
+
+
+# What a benchmark measures: the operator's code and its dependencies. The crate's own version line
+# is left out of the manifests, so that a version bump alone does not make every figure stale.
+CODE = ["src", "core"]
+MANIFESTS = ["Cargo.toml", "Cargo.lock", "core/Cargo.toml"]
+OWN_VERSION = re.compile(r'(name = "event-series(?:-core)?"\n)version = "[^"]*"\n')
+
+
+def git(*args):
+    return subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True)
+
+
+def changed_since(commit, extra=()):
+    """The operator code paths (and `extra` paths, e.g. the benchmark's own script) that differ
+    between `commit` and HEAD ([] when the figures are current); None when the commit is not in this
+    clone."""
+    if git("cat-file", "-e", commit + "^{commit}").returncode != 0:
+        return None
+    paths = [*CODE, *extra]
+    out = [p for p in git("diff", "--name-only", commit, "HEAD", "--", *paths).stdout.split() if p not in MANIFESTS]
+    for m in MANIFESTS:
+        old, new = git("show", "{}:{}".format(commit, m)), git("show", "HEAD:" + m)
+        if OWN_VERSION.sub(r"\1", old.stdout) != OWN_VERSION.sub(r"\1", new.stdout):
+            out.append(m)
+    return out
+
+
+def result(path):
+    """A result file with its commit and machine (a soak keeps both beside its summary)."""
+    with open(os.path.join(ROOT, path)) as f:
+        d = json.load(f)
+    run = os.path.dirname(os.path.join(ROOT, path))
+    if "commit" not in d and os.path.exists(os.path.join(run, "commit")):
+        with open(os.path.join(run, "commit")) as f:
+            d["commit"] = f.read().strip()
+        with open(os.path.join(run, "machine.json")) as f:
+            d["machine"] = json.load(f)
+    return d
+
+
+def stale_tables():
+    """(doc, table, result file, commit, what changed) of every generated table that is not current."""
+    out = []
+    for doc in DOCS:
+        with open(os.path.join(ROOT, doc)) as f:
+            text = f.read()
+        for m in MARKER.finditer(text):
+            commit = result(m.group(2)).get("commit", "?")
+            changed = changed_since(commit)
+            if changed != []:
+                out.append((doc, m.group(1), m.group(2), commit[:7],
+                            "commit not in this clone" if changed is None else ", ".join(changed[:6])
+                            + (" and {} more".format(len(changed) - 6) if len(changed) > 6 else "")))
+    return out
 
 
 def main():
     check = sys.argv[1:] == ["--check"]
     latest = sys.argv[1:] == ["--latest"]
+    if sys.argv[1:2] == ["--current"] and len(sys.argv) >= 3:
+        # --current GLOB [PATH...]: exit 0 when the newest result file matching GLOB was measured on
+        # HEAD's operator code and PATHs (bench/all.sh's RESUME=1).
+        found = sorted(glob.glob(os.path.join(ROOT, sys.argv[2])))
+        if not found:
+            sys.exit("no result file matches {}".format(sys.argv[2]))
+        newest_file = os.path.relpath(found[-1], ROOT)
+        changed = changed_since(result(newest_file).get("commit", "?"), sys.argv[3:])
+        if changed != []:
+            sys.exit("{} is not current ({})".format(newest_file, "unknown commit" if changed is None
+                                                      else "changed since: " + ", ".join(changed[:6])))
+        print("{} is current".format(newest_file))
+        return
+    if sys.argv[1:] == ["--stale"]:
+        for row in stale_tables():
+            print("{}: {} ({}), measured on {}; changed since: {}".format(*row))
+        return
     if sys.argv[1:] and not (check or latest):
         sys.exit(__doc__)
     stale = []

@@ -116,8 +116,10 @@ for attempt in 1 2 3; do
     </dev/null >"$DIR/etcd.log" 2>&1 9>&- &
   echo $! >"$DIR/etcd.pid"
 
+  # Up to 60 s: on a loaded machine (several clusters of the suite starting at once) etcd has been
+  # seen to take longer than 20 s before it answered at all.
   etcd_ok=0
-  for _ in $(seq 100); do
+  for _ in $(seq 300); do
     if curl -fsS --max-time 2 "http://127.0.0.1:$ETCD_PORT/health" 2>/dev/null | grep -q '"health":"true"'; then
       etcd_ok=1
       break

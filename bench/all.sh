@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# `just bench-all`: every benchmark, one after another (about seven hours on 2 cores), then the
+# tables of docs/ generated from the newest result files.
+#
+# RESUME=1 skips each benchmark whose newest result file is current: measured on HEAD's operator
+# code (src/, core/, the dependencies) and HEAD's version of its own script (`python3 bench/tables.py
+# --current`). The whole set then completes over several sittings while the code stays the same; a
+# change to the operator makes every figure stale again. The criterion and older end-to-end
+# benchmarks (engine, memory, economy, flood, bookmarks, ingest) keep undated result files and
+# always re-run.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+log() { printf '%s bench-all: %s\n' "$(date +%T)" "$*" >&2; }
+
+# name | recipe | newest-result glob ("" = undated: always re-run) | the script it depends on
+steps=(
+  "engine|cargo bench --bench engine && cargo bench --bench memory||"
+  "e2e|just bench-e2e||"
+  "node|just bench-node|bench/results/node/*.json|bench/node.sh"
+  "heartbeats|just bench-heartbeats|bench/results/heartbeats/*.json|bench/heartbeats.sh"
+  "scale|just bench-scale|bench/results/scale/*/summary.json|bench/scale.sh"
+  "failover|just bench-failover|bench/results/failover/*.json|bench/failover.sh"
+  "growth|just bench-growth|bench/results/growth/*.json|bench/growth.sh"
+  "soak|just bench-soak|bench/results/soak/*/summary.json|bench/soak.sh"
+)
+
+for step in "${steps[@]}"; do
+  IFS='|' read -r name recipe results script <<<"$step"
+  if [ "${RESUME:-0}" = 1 ] && [ -n "$results" ] && python3 bench/tables.py --current "$results" "$script" >&2; then
+    log "$name: skipped, its newest result is current"
+    continue
+  fi
+  log "$name: $recipe"
+  bash -c "$recipe"
+done
+python3 bench/tables.py --latest
+python3 bench/tables.py --stale
