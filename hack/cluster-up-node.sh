@@ -21,6 +21,7 @@
 # processes, containers, mounts, network namespaces, the bridge, iptables chains, cgroups, and
 # restores the sysctls. Only one node cluster can run on a machine (it owns $NODE_BRIDGE).
 set -euo pipefail
+[ -z "${ENVTEST_MINOR:-}" ] || { echo "cluster-up-node: the node is built for the newest release only; unset ENVTEST_MINOR" >&2; exit 2; }
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source-path=SCRIPTDIR source=envtest-lib.sh
@@ -77,7 +78,6 @@ if [ -w /proc/sys/net/bridge/bridge-nf-call-iptables ]; then
   sysctl -qw net.bridge.bridge-nf-call-iptables=1
 fi
 
-[ -z "${ENVTEST_MINOR:-}" ] || { echo "cluster-up-node: the node is built for the newest release only; unset ENVTEST_MINOR" >&2; exit 2; }
 ENVTEST_NODE=1 bash "$ROOT/hack/cluster-up.sh"
 # shellcheck disable=SC1091
 . "$DIR/cluster.env"

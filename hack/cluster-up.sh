@@ -206,6 +206,7 @@ AUDIT
     cert "$CERTS/admin.crt" "$CERTS/admin.key"
   cat >"$DIR/cluster.env" <<EOF
 KUBECONFIG=$DIR/kubeconfig
+KUBECTL=$BIN/kubectl
 APISERVER_URL=https://$ADDRESS:$API_PORT
 APISERVER_PORT=$API_PORT
 ETCD_URL=http://127.0.0.1:$ETCD_PORT

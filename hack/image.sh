@@ -6,6 +6,9 @@
 #   pause.oci.tar         the test node's sandbox image ($PAUSE_IMAGE), from tests/envtest/cmd/pause
 # An archive is rebuilt only when its binary changed. Needs buildah (Debian: apt-get install buildah).
 set -euo pipefail
+# The product is built the same whatever Kubernetes minor a test runs on (ENVTEST_MINOR, the matrix):
+# its helper binaries (pause, kubectl for kustomize) are the newest release's.
+unset ENVTEST_MINOR
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source-path=SCRIPTDIR source=envtest-lib.sh

@@ -13,13 +13,19 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 current="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)"
 
-# The newest release whose version sorts before the crate's (sort -V puts 0.2.0-dev after 0.1.x).
-read -r version commit < <(
-  grep -v '^#' hack/releases.tsv | awk -F'\t' 'NF >= 2 { print $1 "\t" $2 }' \
-    | while IFS=$'\t' read -r v c; do
-        [ "$v" != "$current" ] && [ "$(printf '%s\n%s\n' "$v" "$current" | sort -V | head -n1)" = "$v" ] \
-          && printf '%s %s\n' "$v" "$c"
-      done | sort -V | tail -n1
+# The newest release older than the crate's version, by semver precedence (a pre-release such as
+# 0.2.0-dev comes after 0.1.x and before 0.2.0).
+read -r version commit < <(python3 - "$current" <<'PY' || true
+import re, sys
+def key(v):
+    core, _, pre = v.partition("-")
+    return tuple(int(x) for x in core.split(".")), (0, pre) if pre else (1, "")
+current = key(sys.argv[1])
+rows = [l.split("\t") for l in open("hack/releases.tsv") if l.strip() and not l.startswith("#")]
+older = sorted((key(r[0]), r[0], r[1]) for r in rows if len(r) >= 2 and key(r[0]) < current)
+if older:
+    print(older[-1][1], older[-1][2])
+PY
 )
 [ -n "${version:-}" ] || { echo "previous-image: no release before $current in hack/releases.tsv" >&2; exit 1; }
 
@@ -30,6 +36,7 @@ if [ -s "$archive" ] && [ "$(cat "$tree/.built" 2>/dev/null)" = "$commit" ]; the
   exit 0
 fi
 
+git rev-parse --git-dir >/dev/null 2>&1 || { echo "previous-image: not a git checkout (the previous release is built from its commit)" >&2; exit 1; }
 if ! git cat-file -e "$commit^{commit}" 2>/dev/null; then
   # A shallow clone: fetch the release's commit from where this one came from.
   git fetch --quiet origin "$commit" >&2 || git fetch --quiet --unshallow origin >&2 || true
@@ -38,12 +45,11 @@ if ! git cat-file -e "$commit^{commit}" 2>/dev/null; then
     exit 1
   }
 fi
-if [ -d "$tree" ]; then
-  git worktree remove --force "$tree" 2>/dev/null || rm -rf "$tree"
-  git worktree prune
-fi
+# A tree left half-built, or a worktree whose directory went with `cargo clean`: start again.
+git worktree remove --force "$tree" >/dev/null 2>&1 || rm -rf "$tree"
+git worktree prune
 mkdir -p "$ROOT/target/previous"
-git worktree add --quiet --detach "$tree" "$commit" >&2
+git worktree add --quiet --force --detach "$tree" "$commit" >&2
 echo "previous-image: building v$version from $commit in $tree" >&2
 started=$SECONDS
 # Its own Go binaries (pause) come from the same module cache; its cargo outputs stay in its tree.

@@ -12,6 +12,9 @@
 #   SHA256SUMS                            of every file above
 # With --install-only: dist/install.yaml alone (what the install test needs).
 set -euo pipefail
+# The product is built the same whatever Kubernetes minor a test runs on (ENVTEST_MINOR, the matrix):
+# its helper binaries (pause, kubectl for kustomize) are the newest release's.
+unset ENVTEST_MINOR
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"

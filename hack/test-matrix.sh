@@ -8,28 +8,17 @@
 #   MATRIX_MINORS  the minors to run, e.g. "1.34 1.37" (default: all, newest first)
 #   MATRIX_TESTS   test name filters for every minor (default: the whole suite)
 #   MATRIX_OLDEST  1: only the oldest minor (what `just test` runs beside the newest)
+#   MATRIX_OUT     where the logs and the table go (default target/matrix)
 #
-# Writes target/matrix/<minor>.log and target/matrix/versions.md (the README's table: minor,
-# release, result, date); exits non-zero when any minor failed.
+# Writes MATRIX_OUT/<minor>.log and MATRIX_OUT/versions.md (the README's table: minor, release,
+# result, date); prints a failed minor's failures; exits non-zero when any minor failed.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 command -v go >/dev/null 2>&1 || export PATH="$PATH:/usr/local/go/bin"
-OUT="$ROOT/target/matrix"
-mkdir -p "$OUT"
-
 newest="$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' tests/envtest/go.mod)"
 newest_minor="${newest#v}"; newest_minor="${newest_minor%.*}"
-mapfile -t older < <(ls tests/envtest/minors | sort -t. -k1,1n -k2,2n -r)
-if [ -n "${MATRIX_MINORS:-}" ]; then
-  read -r -a minors <<<"$MATRIX_MINORS"
-elif [ "${MATRIX_OLDEST:-0}" = 1 ]; then
-  minors=("${older[-1]}")
-else
-  minors=("$newest_minor" "${older[@]}")
-fi
-read -r -a filters <<<"${MATRIX_TESTS:-}"
 
 # release MINOR -> the Kubernetes release its module file pins.
 release() {
@@ -38,32 +27,62 @@ release() {
   awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$mod"
 }
 
-cargo build --tests --test e2e --quiet
+# --one MINOR: the suite on one minor, in a process of its own (so that errexit holds: a build or
+# start that fails fails the minor).
+if [ "${1:-}" = --one ]; then
+  m="$2"
+  shift 2
+  export ENVTEST_MINOR="" ENVTEST_DIR="$ROOT/target/envtest-matrix-$m"
+  [ "$m" = "$newest_minor" ] || ENVTEST_MINOR="$m"
+  trap 'bash hack/cluster-down.sh >/dev/null 2>&1 || true' EXIT
+  bash hack/build-envtest.sh kube-apiserver etcd kubectl emitter
+  bash hack/cluster-down.sh >/dev/null 2>&1 || true   # a leftover of an interrupted run
+  bash hack/cluster-up.sh
+  # shellcheck disable=SC1091
+  . "$ENVTEST_DIR/cluster.env"
+  served="$("$KUBECTL" --kubeconfig "$KUBECONFIG" version -o json \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["serverVersion"]["gitVersion"])')"
+  echo "test-matrix: the API server reports $served"
+  [ "$served" = "$(release "$m")" ] || { echo "test-matrix: expected $(release "$m"), got $served" >&2; exit 1; }
+  EVENT_SERIES_E2E_KUBECONFIG="$KUBECONFIG" cargo test --test e2e -- "$@"
+  exit 0
+fi
+
+OUT="${MATRIX_OUT:-$ROOT/target/matrix}"
+case "$OUT" in /*) ;; *) OUT="$ROOT/$OUT" ;; esac
+mkdir -p "$OUT"
+older=()
+for f in tests/envtest/minors/*/go.mod; do
+  [ -f "$f" ] && older+=("$(basename "$(dirname "$f")")")
+done
+mapfile -t older < <(printf '%s\n' "${older[@]}" | sort -t. -k1,1nr -k2,2nr | grep .)
+if [ -n "${MATRIX_MINORS:-}" ]; then
+  read -r -a minors <<<"$MATRIX_MINORS"
+elif [ "${MATRIX_OLDEST:-0}" = 1 ]; then
+  [ ${#older[@]} -gt 0 ] || { echo "test-matrix: no older minor in tests/envtest/minors" >&2; exit 2; }
+  minors=("${older[-1]}")
+else
+  minors=("$newest_minor" "${older[@]}")
+fi
+read -r -a filters <<<"${MATRIX_TESTS:-}"
+for m in "${minors[@]}"; do
+  [ "$m" = "$newest_minor" ] || [ -f "tests/envtest/minors/$m/go.mod" ] \
+    || { echo "test-matrix: no module file for $m" >&2; exit 2; }
+done
+
+cargo build --test e2e --quiet
 status=0
 rows=()
 for m in "${minors[@]}"; do
-  minor_env=""
-  [ "$m" = "$newest_minor" ] || minor_env="$m"
-  [ "$m" = "$newest_minor" ] || [ -f "tests/envtest/minors/$m/go.mod" ] || {
-    echo "test-matrix: no module file for $m" >&2; exit 2; }
-  dir="$ROOT/target/envtest-matrix-$m"
   log="$OUT/$m.log"
   echo "test-matrix: Kubernetes $(release "$m") (${filters[*]:-whole suite}); log $log" >&2
   started=$SECONDS
   result=passed
-  if ! (
-    export ENVTEST_MINOR="$minor_env" ENVTEST_DIR="$dir"
-    trap 'bash hack/cluster-down.sh >/dev/null 2>&1 || true' EXIT
-    bash hack/build-envtest.sh kube-apiserver etcd kubectl emitter
-    bash hack/cluster-up.sh
-    served="$("$( [ -n "$minor_env" ] && echo "target/envtest/bin-$m" || echo target/envtest/bin)/kubectl" \
-      --kubeconfig "$dir/kubeconfig" version -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["serverVersion"]["gitVersion"])')"
-    echo "test-matrix: the API server reports $served"
-    [ "$served" = "$(release "$m")" ] || { echo "test-matrix: expected $(release "$m"), got $served" >&2; exit 1; }
-    EVENT_SERIES_E2E_KUBECONFIG="$dir/kubeconfig" cargo test --test e2e -- "${filters[@]}"
-  ) >"$log" 2>&1; then
+  if ! bash "$0" --one "$m" "${filters[@]}" >"$log" 2>&1; then
     result=FAILED
     status=1
+    { echo "---- $m: the end of $log ----"; sed -n '/^failures:$/,$p' "$log" | grep -v '^ *[0-9]*: \|^ *at ' | head -n 60
+      tail -n 15 "$log"; } >&2
   fi
   # "test result: ok. 52 passed; 0 failed; ..." -> "52 passed, 0 failed"
   summary="$(grep -E '^test result:' "$log" | tail -n 1 | sed -E 's/.* ([0-9]+) passed; ([0-9]+) failed.*/\1 passed, \2 failed/')"

@@ -146,7 +146,15 @@ impl Dedicated {
 
     /// A dedicated cluster as the harness starts it: no CRD.
     pub fn start_bare(name: &str, env: &[(&str, &str)]) -> Result<Dedicated> {
-        let dir = repo_root().join(format!("target/envtest-e2e-{name}"));
+        // One directory per Kubernetes minor too: the harness tells its servers by their binaries'
+        // path, so a leftover of another minor's run would not be recognised and stopped.
+        let minor = std::env::var("ENVTEST_MINOR").unwrap_or_default();
+        let suffix = if minor.is_empty() {
+            String::new()
+        } else {
+            format!("-{minor}")
+        };
+        let dir = repo_root().join(format!("target/envtest-e2e-{name}{suffix}"));
         // A leftover from an earlier run may have other flags.
         let _ = Command::new("bash")
             .arg(repo_root().join("hack/cluster-down.sh"))

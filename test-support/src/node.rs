@@ -247,17 +247,6 @@ pub fn import_image(archive: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The operator's image this checkout builds (`hack/image.sh`: the crate's version as its tag).
-pub fn operator_image() -> Result<String> {
-    let manifest = std::fs::read_to_string(repo_root().join("Cargo.toml"))?;
-    let version = manifest
-        .lines()
-        .find_map(|l| l.strip_prefix("version = \""))
-        .and_then(|v| v.strip_suffix('"'))
-        .context("no version in Cargo.toml")?;
-    Ok(format!("ghcr.io/event-series/event-series:v{version}"))
-}
-
 /// A namespace of the test's own, labelled for one of the tests' policies (`fast` or `note`).
 pub async fn namespace(client: &Client, name: &str, policy: &str) -> Result<String> {
     let name = format!("node-{name}-{}", std::process::id());
@@ -279,8 +268,9 @@ pub async fn namespace(client: &Client, name: &str, policy: &str) -> Result<Stri
     Ok(name)
 }
 
-/// A Pod whose container exits 1 at once: the operator's own image with an argument it refuses.
-pub fn crash_pod(name: &str) -> Result<Pod> {
+/// A Pod whose container exits 1 at once: an operator image (on the node already) with an argument
+/// it refuses.
+pub fn crash_pod(name: &str, image: &str) -> Result<Pod> {
     Ok(serde_json::from_value(json!({
         "metadata": {"name": name},
         "spec": {
@@ -289,7 +279,7 @@ pub fn crash_pod(name: &str) -> Result<Pod> {
             "terminationGracePeriodSeconds": 0,
             "containers": [{
                 "name": "crash",
-                "image": operator_image()?,
+                "image": image,
                 "imagePullPolicy": "IfNotPresent",
                 "args": ["--no-such-flag"],
             }],

@@ -44,7 +44,7 @@ async fn crash_loop(
 ) -> Result<(String, Api<Pod>, Series)> {
     let ns = namespace(client, name, policy).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    pods.create(&PostParams::default(), &crash_pod("crash")?)
+    pods.create(&PostParams::default(), &crash_pod("crash", IMAGE)?)
         .await?;
     let first = eventually(
         Duration::from_secs(180),
@@ -136,7 +136,7 @@ async fn a_kubelet_crash_loop_is_one_series_across_a_leader_change_and_finishes(
     let ns = namespace(&client, "crashloop", "fast").await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let pod = pods
-        .create(&PostParams::default(), &crash_pod("crash")?)
+        .create(&PostParams::default(), &crash_pod("crash", IMAGE)?)
         .await?;
     let uid = pod.metadata.uid.clone().unwrap_or_default();
 
@@ -324,7 +324,7 @@ async fn an_unschedulable_pod_is_one_series_counted_by_delta() -> Result<()> {
             if raw.iter().any(|e| e.series.is_some()) {
                 return Ok(Some(()));
             }
-            let mut poke = crash_pod(&format!("poke-{pokes}"))?;
+            let mut poke = crash_pod(&format!("poke-{pokes}"), IMAGE)?;
             if let Some(spec) = poke.spec.as_mut() {
                 spec.node_name = Some("event-series-node".into());
             }

@@ -9,6 +9,7 @@
 //! share; cargo runs test binaries one after another, so no node test runs beside it.
 
 use anyhow::{Context, Result, bail, ensure};
+use event_series::object::FORMAT;
 use event_series_test_support::audit;
 use event_series_test_support::cluster::{count, kubectl_on, state};
 use event_series_test_support::node::{
@@ -29,10 +30,12 @@ const THIS: &str = concat!(
     env!("CARGO_PKG_VERSION")
 );
 
-/// The previous release as `hack/previous-image.sh` builds it: its version, its checkout.
+/// The previous release as `hack/previous-image.sh` builds it: its version, its checkout, and the
+/// series-object format it writes (`hack/releases.tsv`).
 struct Release {
     version: String,
     tree: PathBuf,
+    format: u32,
 }
 
 impl Release {
@@ -55,9 +58,18 @@ fn previous_release() -> Result<Release> {
         bail!("hack/previous-image.sh printed {line:?}");
     };
     node::import_image(Path::new(archive))?;
+    let releases = std::fs::read_to_string(repo_root().join("hack/releases.tsv"))?;
+    let format = releases
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split('\t').collect::<Vec<_>>())
+        .find(|f| f.first() == Some(&version))
+        .and_then(|f| f.get(3)?.parse().ok())
+        .with_context(|| format!("no format for {version} in hack/releases.tsv"))?;
     Ok(Release {
         version: version.to_owned(),
         tree: PathBuf::from(tree),
+        format,
     })
 }
 
@@ -153,19 +165,54 @@ async fn an_upgrade_and_a_downgrade_mid_loop_keep_one_object_per_loop_and_exact_
         previous.image() != THIS,
         "the previous release has this build's version {THIS}"
     );
+    // Across formats a downgrade is refused (the older build leaves a newer object alone and counts
+    // it in recovery_rejected_total{reason="unknown_format"}): this test must then check that
+    // refusal instead of a downgrade that carries on.
+    ensure!(
+        previous.format == FORMAT,
+        "v{} writes format {}, this build {FORMAT}: the downgrade below no longer applies",
+        previous.version,
+        previous.format
+    );
     println!(
         "previous release v{} from {}",
         previous.version,
         previous.tree.display()
     );
 
-    // The previous release, installed the way its README says, then two crash loops.
+    // The previous release installed from its own config/default (the node's operator removed
+    // first, so that its Pods start from nothing), then two crash loops.
+    kubectl_on(
+        kubeconfig,
+        &[
+            "-n",
+            NAMESPACE,
+            "delete",
+            "deployment",
+            "event-series",
+            "--wait=true",
+        ],
+    )?;
+    eventually(
+        Duration::from_secs(120),
+        "the operator's Pods gone",
+        || async {
+            let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+            Ok(pods
+                .list(&Default::default())
+                .await?
+                .items
+                .is_empty()
+                .then_some(()))
+        },
+    )
+    .await?;
     roll_to(kubeconfig, &client, &previous.tree, &previous.image()).await?;
     let ns = namespace(&client, "upgrade", "fast").await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let loops = ["crash-a", "crash-b"];
     for name in loops {
-        pods.create(&PostParams::default(), &crash_pod(name)?)
+        pods.create(&PostParams::default(), &crash_pod(name, THIS)?)
             .await?;
     }
     eventually(
@@ -180,20 +227,22 @@ async fn an_upgrade_and_a_downgrade_mid_loop_keep_one_object_per_loop_and_exact_
     .await?;
     let created = counts(&client, &ns).await?;
 
-    // Upgrade, downgrade, upgrade again: each a rolling update of the two replicas mid-loop.
+    // Upgrade, downgrade, upgrade again: each a rolling update of the two replicas mid-loop, after
+    // which the version rolled to writes the same objects further.
     let this = repo_root();
-    for (checkout, image) in [
+    let stages = [
         (this.as_path(), THIS.to_owned()),
         (previous.tree.as_path(), previous.image()),
         (this.as_path(), THIS.to_owned()),
-    ] {
-        let before = counts(&client, &ns).await?;
+    ];
+    for (checkout, image) in &stages {
+        roll_to(kubeconfig, &client, checkout, image).await?;
+        let rolled = counts(&client, &ns).await?;
         ensure!(
-            before.keys().eq(created.keys()),
-            "the series objects before {image}: {before:?}, created: {created:?}"
+            rolled.keys().eq(created.keys()),
+            "the series objects on {image}: {rolled:?}, created: {created:?}"
         );
-        roll_to(kubeconfig, &client, checkout, &image).await?;
-        grown(&client, &ns, &before).await?;
+        grown(&client, &ns, &rolled).await?;
         println!("on {image}: {:?}", counts(&client, &ns).await?);
     }
 
@@ -240,8 +289,9 @@ async fn an_upgrade_and_a_downgrade_mid_loop_keep_one_object_per_loop_and_exact_
         );
     }
 
-    // Never two writers: in the API server's audit log, the series writes of this namespace come
-    // in one unbroken run per operator Pod (a Pod that wrote, then another, never writes again).
+    // Never two writers: in the API server's audit log, every request on these series objects
+    // (answered or refused) comes in one unbroken run per operator Pod (a Pod that wrote, then
+    // another, never writes again), and the versions of those runs are the rollouts' order.
     let mut writes: Vec<_> = audit::writes(kubeconfig, &ns)?
         .into_iter()
         .filter(|w| w.resource == "events" && created.contains_key(&w.name))
@@ -260,7 +310,22 @@ async fn an_upgrade_and_a_downgrade_mid_loop_keep_one_object_per_loop_and_exact_
             "{agent} wrote again after another writer: {runs:#?}"
         );
     }
-    assert!(runs.len() >= 4, "a writer per rollout at least: {runs:#?}");
+    let mut versions: Vec<&str> = Vec::new();
+    for agent in &runs {
+        let version = agent
+            .strip_prefix("event-series/")
+            .and_then(|a| a.split(' ').next())
+            .with_context(|| format!("a write by {agent}"))?;
+        if versions.last() != Some(&version) {
+            versions.push(version);
+        }
+    }
+    let (old, new) = (previous.version.as_str(), env!("CARGO_PKG_VERSION"));
+    assert_eq!(
+        versions,
+        [old, new, old, new],
+        "the writers' versions, in order: {runs:#?}"
+    );
 
     Api::<Namespace>::all(client.clone())
         .delete(&ns, &DeleteParams::default())
