@@ -352,6 +352,39 @@ fn the_values_schema_refuses_wrong_values_by_name_and_placement_values_render() 
     }
 }
 
+/// The chart's template unit tests (`charts/event-series/tests/*_test.yaml`, helm-unittest): what
+/// each value changes in the Deployment, the CRD and the NetworkPolicy, and the refusal of two
+/// writers. Every suite must run and pass; a suite file that matches no template fails.
+#[test]
+fn the_charts_template_unit_tests_pass() {
+    let Some(unittest) = tool("target/tools/bin/helm-unittest") else {
+        return;
+    };
+    let out = Command::new(&unittest)
+        .args(["--color=false", CHART])
+        .current_dir(repo_root())
+        .output()
+        .expect("helm-unittest runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{text}");
+    assert!(out.status.success(), "helm-unittest failed:\n{text}");
+    let suites = std::fs::read_dir(repo_root().join(CHART).join("tests"))
+        .expect("the chart's tests")
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().ends_with("_test.yaml"))
+        })
+        .count();
+    assert!(
+        text.contains(&format!("Test Suites: {suites} passed, {suites} total")),
+        "not every one of the {suites} suites ran and passed:\n{text}"
+    );
+}
+
 /// Helm 4 renders the chart exactly as Helm 3 does, with the default values and with every
 /// optional part switched on.
 #[test]
