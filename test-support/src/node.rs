@@ -154,6 +154,14 @@ fn install(kubeconfig: &Path, alertmanager: &str) -> Result<()> {
         ],
     )?;
     crate::cluster::apply_on(kubeconfig, TEST_POLICIES, &[])?;
+    rollout_status(kubeconfig, Duration::from_secs(180))
+        .context("the operator's Deployment did not become available")?;
+    Ok(())
+}
+
+/// Waits until the operator's Deployment has rolled out (`kubectl rollout status`).
+pub fn rollout_status(kubeconfig: &Path, limit: Duration) -> Result<String> {
+    let timeout = format!("--timeout={}s", limit.as_secs());
     kubectl_on(
         kubeconfig,
         &[
@@ -162,11 +170,9 @@ fn install(kubeconfig: &Path, alertmanager: &str) -> Result<()> {
             "rollout",
             "status",
             "deployment/event-series",
-            "--timeout=180s",
+            &timeout,
         ],
     )
-    .context("the operator's Deployment did not become available")?;
-    Ok(())
 }
 
 /// Four policies for the node tests (`alerts` is `fast` with Warning loops of 3 or more alerting):

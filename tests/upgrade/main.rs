@@ -92,18 +92,8 @@ async fn roll_to(kubeconfig: &Path, client: &Client, checkout: &Path, image: &st
         "{} installs {wanted:?}, not {image}",
         config.display()
     );
-    kubectl_on(
-        kubeconfig,
-        &[
-            "-n",
-            NAMESPACE,
-            "rollout",
-            "status",
-            "deployment/event-series",
-            "--timeout=240s",
-        ],
-    )
-    .with_context(|| format!("the rollout to {image}"))?;
+    node::rollout_status(kubeconfig, Duration::from_secs(240))
+        .with_context(|| format!("the rollout to {image}"))?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     eventually(
         Duration::from_secs(120),
