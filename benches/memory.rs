@@ -1,5 +1,7 @@
 //! Bytes of heap per active series, measured with a counting allocator: total heap growth while
-//! 100,000 series are created, minus the string bytes those series carry (key fields and note). Prints one line per figure; `just bench` runs it.
+//! 100,000 series are created, minus the string bytes those series carry (key fields and note); and
+//! the peak heap of a restart's replay of stored raw events at two restart buffer sizes. Prints one
+//! line per figure; `just bench` runs it.
 
 mod common;
 
@@ -14,10 +16,17 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 struct Counting;
 
 static LIVE: AtomicIsize = AtomicIsize::new(0);
+/// The most `LIVE` has been since it was last reset.
+static PEAK: AtomicIsize = AtomicIsize::new(0);
+
+fn grew(by: isize) {
+    let now = LIVE.fetch_add(by, Ordering::Relaxed) + by;
+    PEAK.fetch_max(now, Ordering::Relaxed);
+}
 
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        grew(layout.size() as isize);
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
@@ -25,10 +34,7 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
+        grew(new_size as isize - layout.size() as isize);
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
@@ -63,4 +69,54 @@ fn main() {
         );
         assert_eq!(engine.active_series(), n);
     }
+    // The old default, then today's (`--restart-buffer-bytes`).
+    for mib in [64, 8] {
+        replay_peak(mib << 20);
+    }
+}
+
+/// Peak heap of a restart's replay: an engine holding 100,000 series, then PARTS parts of the first
+/// list (each what `--restart-buffer-bytes` holds) of raw events of loops that ended 150 minutes ago,
+/// buffered, sorted and replayed as `Restart` does. Prints the peak over the heap before the list.
+fn replay_peak(budget: usize) {
+    use event_series::metrics::Metrics;
+    use event_series::restart::Restart;
+    let now = t0();
+    let old = now - chrono::TimeDelta::minutes(150);
+    let metrics = Metrics::default();
+    let mut engine = Engine::with_settings(Settings {
+        series_window: chrono::TimeDelta::hours(2),
+        finish_after: chrono::TimeDelta::hours(2),
+        ..Default::default()
+    });
+    for i in 0..100_000 {
+        if let Ok(o) = key::normalise(&kubelet_backoff(i, 2, now)) {
+            engine.observe(now, &o);
+        }
+    }
+    drop(engine.take_intents());
+    engine.begin_recovery();
+    let before = LIVE.load(Ordering::Relaxed);
+    PEAK.store(before, Ordering::Relaxed);
+    let mut restart = Restart::new(budget);
+    let mut listed = 0;
+    for i in 1_000_000..1_500_000 {
+        restart.buffer(&kubelet_backoff(i, 1 + (i % 3) as i32, old), &metrics);
+        listed += 1;
+        if restart.is_full() {
+            restart.flush(&mut engine, &metrics, now);
+        }
+    }
+    let peak = PEAK.load(Ordering::Relaxed);
+    restart.finish(&mut engine, 1, now, now);
+    let after = LIVE.load(Ordering::Relaxed);
+    let mib = |b: isize| b as f64 / (1024.0 * 1024.0);
+    println!(
+        "memory/replay of {listed} listed raw events, buffer {:.0} MiB: heap {:.1} MiB before, peak {:.1} MiB (+{:.1}), {:.1} MiB after",
+        mib(budget as isize),
+        mib(before),
+        mib(peak),
+        mib(peak - before),
+        mib(after)
+    );
 }
