@@ -120,7 +120,7 @@ bench-node: bench-build
 bench-soak: bench-build
     bash bench/soak.sh
 
-# A simulated cluster (kwok Nodes and Pods, the real scheduler and controller-manager): steps of 1k, 5k, 20k Pods over 10, 100, 1,000 namespaces, then the API server's bill without/with/without the operator (bench/scale.sh; STEPS, BILL, WATCH_CACHE=off; about 60 min).
+# A simulated cluster (kwok Nodes and Pods, the real scheduler and controller-manager): steps of 1k, 5k, 20k Pods over 10, 100, 1,000 namespaces, then the API server's bill without/with/without the operator (bench/scale.sh; STEPS, BILL, WATCH_CACHE=on for the events watch cache; about 60 min).
 bench-scale: bench-build
     bash hack/build-envtest.sh node
     bash hack/tools.sh kwok
@@ -129,6 +129,10 @@ bench-scale: bench-build
 # A leader killed with SIGKILL beside 10^6 stored raw events and 10^5 series: Lease, rebuild and first write of the standby, against bare lists of the same objects; peak RSS (bench/failover.sh; HISTORY, SERIES).
 bench-failover: bench-build
     bash bench/failover.sh
+
+# What the restart buffer costs a restore: 400,000 stored raw events and 100,000 series, restarts with --restart-buffer-bytes 64Mi and 8Mi alternating, peak RSS against the steady RSS (bench/restore-buffer.sh; BUFFERS, ROUNDS; about 25 min).
+bench-restore-buffer: bench-build
+    bash bench/restore-buffer.sh
 
 # Growth curves: RSS and restart time against series (1k-100k), stored raw events (10k-10^6) and namespaces (10-10k); docs/growth.svg (bench/growth.sh; AXES; about 45 min).
 bench-growth: bench-build

@@ -21,7 +21,9 @@ steps=(
   "node|just bench-node|bench/results/node/*.json|bench/node.sh"
   "heartbeats|just bench-heartbeats|bench/results/heartbeats/*.json|bench/heartbeats.sh"
   "scale|just bench-scale|bench/results/scale/*/summary.json|bench/scale.sh"
+  "scale-watch-cache|WATCH_CACHE=on STEPS= just bench-scale|bench/results/scale-watch-cache/*/summary.json|bench/scale.sh"
   "failover|just bench-failover|bench/results/failover/*.json|bench/failover.sh"
+  "restore-buffer|just bench-restore-buffer|bench/results/restore-buffer/*.json|bench/restore-buffer.sh"
   "growth|just bench-growth|bench/results/growth/*.json|bench/growth.sh"
   "soak|just bench-soak|bench/results/soak/*/summary.json|bench/soak.sh"
 )

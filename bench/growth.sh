@@ -8,20 +8,21 @@
 #               ended 150 minutes ago (beyond the 2 h seriesWindow of FLAGS, within the 3 h TTL: what
 #               most of a cluster's events are), added step by step;
 #   namespaces: 10,000 series spread over NS_STEPS (10 100 1000 10000) namespaces;
-#   message:    MSG_RATE (20) raw event changes a second for 30 s with notes of MSG_STEPS (100 10000
-#               1000000) bytes: the operator's CPU per change (the note is cut to 1,024 bytes at once).
-#               Not in the default AXES: the loader's changes are new-style events, whose message the
-#               API server refuses beyond 1,024 bytes (422); it needs legacy events first.
-# AXES picks some (default "series stored namespaces"). Result: bench/results/growth/<date>.json;
+#   message:    MSG_RATE (20) changes a second of legacy (kubelet-style) raw events for MSG_SECONDS (60)
+#               with messages of MSG_STEPS (100 10000 1000000) bytes: the operator's CPU per change
+#               (the note is cut to 1,024 bytes once decoded), less its CPU over as long a time idle
+#               right before. Legacy events, since the API server refuses a new-style event's message
+#               beyond 1,024 bytes.
+# AXES picks some (default "series stored namespaces message"). Result: bench/results/growth/<date>.json;
 # docs/growth.svg is drawn from it by bench/plot_growth.py.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$ROOT/bench/lib.sh"
 
-AXES="${AXES:-series stored namespaces}"
+AXES="${AXES:-series stored namespaces message}"
 SERIES_STEPS="${SERIES_STEPS:-1000 10000 100000}" STORED_STEPS="${STORED_STEPS:-10000 100000 1000000}"
-NS_STEPS="${NS_STEPS:-10 100 1000 10000}" MSG_STEPS="${MSG_STEPS:-100 10000 1000000}" MSG_RATE="${MSG_RATE:-20}"
+NS_STEPS="${NS_STEPS:-10 100 1000 10000}" MSG_STEPS="${MSG_STEPS:-100 10000 1000000}" MSG_RATE="${MSG_RATE:-20}" MSG_SECONDS="${MSG_SECONDS:-60}"
 LOADER="$TARGET/release/examples/bench-loader"
 [ -x "$LOADER" ] || die "no $LOADER: cargo build --release --example bench-loader"
 [ -x "$OPERATOR" ] || die "no $OPERATOR: cargo build --release"
@@ -101,15 +102,19 @@ for axis in $AXES; do
   message)
     fresh
     for bytes in $MSG_STEPS; do
+      # The operator's own CPU over as long a time without changes (ticks, heartbeats, metrics).
+      before="$(cpu_ticks "$OP_PID")"
+      sleep $((MSG_SECONDS + 5))
+      idle=$(($(cpu_ticks "$OP_PID") - before))
       before="$(cpu_ticks "$OP_PID")" seen="$(op_metric event_series_occurrences_total | cut -d. -f1)"
-      load rate --rate "$MSG_RATE" --duration 30 --keys 100 --namespace "msg-$bytes" --message-bytes "$bytes"
+      load rate --legacy --rate "$MSG_RATE" --duration "$MSG_SECONDS" --keys 100 --namespace "msg-$bytes" --message-bytes "$bytes"
       sleep 5
       ticks=$(($(cpu_ticks "$OP_PID") - before))
       changes=$(($(op_metric event_series_occurrences_total | cut -d. -f1) - seen))
-      log "message $bytes B: $changes changes, $ticks CPU ticks"
-      points+=("$(printf '{"axis":"message","x":%s,"changes":%s,"cpu_ticks":%s,"clk_tck":%s,"cpu_us_per_change":%s,"rss_kib":%s,"machine":%s}' \
-        "$bytes" "$changes" "$ticks" "$(getconf CLK_TCK)" \
-        "$(awk -v t="$ticks" -v c="$changes" -v h="$(getconf CLK_TCK)" 'BEGIN { printf "%.1f", c ? t / h * 1e6 / c : 0 }')" \
+      log "message $bytes B: $changes changes, $ticks CPU ticks ($idle idle)"
+      points+=("$(printf '{"axis":"message","x":%s,"changes":%s,"cpu_ticks":%s,"idle_ticks":%s,"clk_tck":%s,"cpu_us_per_change":%s,"rss_kib":%s,"machine":%s}' \
+        "$bytes" "$changes" "$ticks" "$idle" "$(getconf CLK_TCK)" \
+        "$(awk -v t="$ticks" -v i="$idle" -v c="$changes" -v h="$(getconf CLK_TCK)" 'BEGIN { d = t - i; if (d < 0) d = 0; printf "%.1f", c ? d / h * 1e6 / c : 0 }')" \
         "$(rss_kib "$OP_PID")" "$(machine_json)")")
     done
     ;;

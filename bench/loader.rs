@@ -66,7 +66,8 @@ enum Mode {
         #[arg(long)]
         rate: Option<f64>,
     },
-    /// A sustained rate of raw event changes (new-style events, merge patches of their series).
+    /// A sustained rate of raw event changes (new-style events, merge patches of their series; or
+    /// legacy ones).
     Rate {
         /// Changes per second.
         #[arg(long)]
@@ -82,6 +83,10 @@ enum Mode {
         /// Give every change a new message of this many bytes.
         #[arg(long)]
         message_bytes: Option<usize>,
+        /// Legacy (kubelet-style) events, changed through `count` and `lastTimestamp`: the API
+        /// server takes their messages up to its request size, a new-style event's up to 1,024 bytes.
+        #[arg(long)]
+        legacy: bool,
     },
 }
 
@@ -124,8 +129,9 @@ async fn main() -> anyhow::Result<()> {
             keys,
             namespace,
             message_bytes,
+            legacy,
         } => {
-            load.rate(rate, duration, keys, &namespace, message_bytes)
+            load.rate(rate, duration, keys, &namespace, (message_bytes, legacy))
                 .await?
         }
     };

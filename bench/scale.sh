@@ -16,7 +16,8 @@
 # The steps' apiservers also write every core/v1 Event write to their audit log (AUDIT_CORE_EVENTS),
 # so that a key whose count differs can be explained occurrence by occurrence; the bill's do not.
 # The policy of the runs: finishAfter 3m and seriesWindow 3m (the defaults are 6m: shorter drains).
-# Result: bench/results/scale/<date>/<label>.json per run, and a summary.json.
+# Result: bench/results/scale/<date>/<label>.json per run, and a summary.json (scale-watch-cache/ for a
+# run with WATCH_CACHE=on).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -28,7 +29,7 @@ KWOK="$ROOT/target/tools/bin/kwok"
 [ -x "$KWOK" ] || die "no $KWOK: bash hack/tools.sh kwok"
 [ -x "$BIN/kube-scheduler" ] || die "no $BIN/kube-scheduler: bash hack/build-envtest.sh node"
 [ -x "$OPERATOR" ] || die "no $OPERATOR: cargo build --release"
-OUT="$ROOT/bench/results/scale/$(date -u +%Y%m%dT%H%M%SZ)"
+OUT="$ROOT/bench/results/scale$([ "${WATCH_CACHE:-default}" = on ] && echo -watch-cache)/$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$OUT"
 OP_PID=''
 trap 'stop_pid "$OP_PID"; cluster_stop' EXIT

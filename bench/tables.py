@@ -159,8 +159,18 @@ def growth(d):
                   "restart peak RSS (MiB)", "CPU per change"], rows)
 
 
+def restore_buffer(d):
+    mib = lambda kib: n(kib / 1024, 1)
+    rows = [["{} (round {})".format(r["buffer"], r["round"]), n(r["rebuilt_ms"] / 1000, 1), n(r["flushes"]),
+             mib(r["peak_rss_kib"]), "**{}×**".format(r["peak_over_steady"]), mib(r["rss_after_15s_kib"]),
+             r["loadavg_1m"]] for r in d["runs"]]
+    return table(["--restart-buffer-bytes", "rebuilt (s)", "early replays", "peak RSS (MiB)",
+                  "peak over steady ({} MiB)".format(mib(d["leader_steady_rss_kib"])), "RSS 15 s later (MiB)",
+                  "load (1 min)"], rows)
+
+
 GENERATORS = {"scale-steps": scale_steps, "scale-bill": scale_bill, "heartbeats": heartbeats, "soak": soak,
-              "failover": failover, "growth": growth}
+              "failover": failover, "growth": growth, "restore-buffer": restore_buffer}
 
 
 DATE = re.compile(r"\d{8}T\d{6}Z")

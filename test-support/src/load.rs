@@ -6,7 +6,7 @@ use crate::cluster::ensure_namespace;
 use crate::raw::{Occurrences, backoff_message, kubelet, numbered_pod, operators_own};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Event, EventSeries};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use std::sync::Arc;
@@ -48,6 +48,24 @@ fn history(ns: &str, i: u64, age: Duration) -> Event {
             count,
             first: last - Duration::from_secs(10 * (count as u64 - 1)),
             last,
+        },
+    )
+}
+
+/// A legacy (kubelet-like) event of Pod `i`, first occurrence now, with the name of [`new_style`]'s.
+fn legacy_style(ns: &str, i: u64) -> Event {
+    let pod = format!("web-{i:07}");
+    let now = Timestamp::now();
+    kubelet(
+        ns,
+        &format!("{pod}.ingest"),
+        numbered_pod(ns, &pod, i),
+        "BackOff",
+        backoff_message(ns, &pod),
+        Occurrences {
+            count: 1,
+            first: now,
+            last: now,
         },
     )
 }
@@ -186,17 +204,19 @@ impl Load {
         Ok(())
     }
 
-    /// `rate` raw event changes per second for `duration` seconds in `namespace`: new-style events,
-    /// one object per key over `keys` keys, each change a merge patch of `series.count` and
-    /// `series.lastObservedTime = now`, and with `message_bytes` a new message of that many bytes.
-    /// Returns the figures of the run.
+    /// `rate` raw event changes per second for `duration` seconds in `namespace`, one object per key
+    /// over `keys` keys: new-style events, each change a merge patch of `series.count` and
+    /// `series.lastObservedTime = now`, or with `legacy` kubelet-style events, each change a patch
+    /// of `count` and `lastTimestamp`. With `message_bytes` every change also carries a new message
+    /// of that many bytes (the API server refuses a new-style event's beyond 1,024 bytes, not a
+    /// legacy one's). Returns the figures of the run.
     pub async fn rate(
         &self,
         rate: f64,
         duration: f64,
         keys: u64,
         namespace: &str,
-        message_bytes: Option<usize>,
+        (message_bytes, legacy): (Option<usize>, bool),
     ) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
         anyhow::ensure!(rate > 0.0 && keys > 0, "--rate and --keys must be positive");
         ensure_namespace(&self.client, namespace).await?;
@@ -206,10 +226,12 @@ impl Load {
             .map(|i| {
                 let api = api.clone();
                 async move {
-                    match api
-                        .create(&PostParams::default(), &new_style(namespace, i))
-                        .await
-                    {
+                    let ev = if legacy {
+                        legacy_style(namespace, i)
+                    } else {
+                        new_style(namespace, i)
+                    };
+                    match api.create(&PostParams::default(), &ev).await {
                         Err(kube::Error::Api(e)) if e.code == 409 => {
                             api.get(&format!("web-{i:07}.ingest")).await
                         }
@@ -245,11 +267,15 @@ impl Load {
                     }
                     let i = n % keys;
                     let count = counts[i as usize].fetch_add(1, Ordering::Relaxed) + 1;
-                    let series = EventSeries {
-                        count: Some(count as i32),
-                        last_observed_time: Some(MicroTime(Timestamp::now())),
+                    let mut patch = if legacy {
+                        serde_json::json!({ "count": count, "lastTimestamp": Time(Timestamp::now()) })
+                    } else {
+                        let series = EventSeries {
+                            count: Some(count as i32),
+                            last_observed_time: Some(MicroTime(Timestamp::now())),
+                        };
+                        serde_json::json!({ "series": series })
                     };
-                    let mut patch = serde_json::json!({ "series": series });
                     if let Some(bytes) = message_bytes {
                         // Different each time, as a tenant's generated messages are.
                         let head = format!("change {n} of key {i}: ");

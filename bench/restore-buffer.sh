@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# `just bench-restore-buffer`: what the restart buffer (`--restart-buffer-bytes`) costs a restore, side
+# by side on one real kube-apiserver (target/envtest-bench-restore-buffer). Stores HISTORY (400,000)
+# raw events of loops that ended 150 minutes ago (1,000 namespaces) and SERIES (100,000) raw events
+# that are series at once (10 namespaces); one operator creates every series object, and its RSS
+# 20 s later is the steady RSS; it is then killed with SIGKILL. Then, ROUNDS (2) times, each of
+# BUFFERS ("64Mi 8Mi") in turn: a new process with that buffer, timed from its start to "recovered;
+# watching" (every own object restored, every raw event listed and replayed), its peak RSS (VmHWM)
+# by then and its RSS 15 s later; then killed. Same flags as bench/failover.sh.
+# Result: bench/results/restore-buffer/<date>.json and one line per restart on stdout.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$ROOT/bench/lib.sh"
+
+HISTORY="${HISTORY:-400000}" SERIES="${SERIES:-100000}" ROUNDS="${ROUNDS:-2}" BUFFERS="${BUFFERS:-64Mi 8Mi}"
+LOADER="$TARGET/release/examples/bench-loader"
+[ -x "$LOADER" ] || die "no $LOADER: cargo build --release --example bench-loader"
+[ -x "$OPERATOR" ] || die "no $OPERATOR: cargo build --release"
+OP_PID=''
+trap 'kill -9 "$OP_PID" 2>/dev/null || true; cluster_stop' EXIT
+FLAGS=(--qps 2000 --burst 2000 --finish-after 2h --series-window 2h)
+
+cluster_start restore-buffer EVENT_TTL=3h \
+  "ETCD_EXTRA_ARGS=--quota-backend-bytes=8589934592 --auto-compaction-retention=2h" \
+  "APISERVER_EXTRA_ARGS=--etcd-compaction-interval=2h"
+k apply --server-side -f "$ROOT/crds/eventseries.dev_eventseriespolicies.yaml" >/dev/null
+k wait --for=condition=Established --timeout=60s crd/eventseriespolicies.eventseries.dev >/dev/null
+KUBECONFIG="$KUBECONFIG_FILE" "$LOADER" --concurrency 48 history --count "$HISTORY" --age-minutes 150 >/dev/null
+KUBECONFIG="$KUBECONFIG_FILE" "$LOADER" --concurrency 48 seed --count "$SERIES" >/dev/null
+log "stored $HISTORY + $SERIES raw events"
+
+operator_start "$CLUSTER_DIR/operator-first.log" "${FLAGS[@]}"
+t0=$SECONDS
+while [ "$(op_metric 'event_series_api_requests_total{verb="create",code="201"}' | cut -d. -f1)" -lt "$SERIES" ]; do
+  [ $((SECONDS - t0)) -lt 3600 ] || die "the operator did not create $SERIES series in an hour"
+  kill -0 "$OP_PID" || die "the operator exited (log $CLUSTER_DIR/operator-first.log)"
+  sleep 5
+done
+sleep 20
+steady="$(rss_kib "$OP_PID")"
+kill -9 "$OP_PID"
+wait "$OP_PID" 2>/dev/null || true
+log "$SERIES series created; steady RSS $steady KiB"
+
+runs=()
+for round in $(seq "$ROUNDS"); do
+  for buffer in $BUFFERS; do
+    logfile="$CLUSTER_DIR/operator-$buffer-$round.log"
+    load="$(cut -d' ' -f1 /proc/loadavg)"
+    t0="$(date +%s%N)"
+    operator_start "$logfile" "${FLAGS[@]}" --restart-buffer-bytes "$buffer"
+    until grep -q 'recovered; watching' "$logfile"; do
+      kill -0 "$OP_PID" || die "the operator exited (log $logfile)"
+      [ $((($(date +%s%N) - t0) / 1000000000)) -lt 1800 ] || die "no rebuild within 30 min (log $logfile)"
+      sleep 0.1
+    done
+    ms=$((($(date +%s%N) - t0) / 1000000))
+    peak="$(hwm_kib "$OP_PID")"
+    sleep 15
+    after="$(rss_kib "$OP_PID")"
+    kill -9 "$OP_PID"
+    wait "$OP_PID" 2>/dev/null || true
+    flushes="$(grep -m1 -F 'recovered; watching' "$logfile" | grep -oE 'flushes=[0-9]+' | cut -d= -f2)"
+    echo "restore-buffer: $buffer round $round: rebuilt in $ms ms, $flushes early replays, peak RSS $peak KiB (${peak}/${steady} of steady), $after KiB 15 s later"
+    runs+=("$(printf '{"buffer":"%s","round":%s,"rebuilt_ms":%s,"flushes":%s,"peak_rss_kib":%s,"rss_after_15s_kib":%s,"peak_over_steady":%s,"loadavg_1m":%s}' \
+      "$buffer" "$round" "$ms" "${flushes:-0}" "$peak" "$after" \
+      "$(awk -v p="$peak" -v s="$steady" 'BEGIN { printf "%.3f", p / s }')" "$load")")
+  done
+done
+
+mkdir -p "$ROOT/bench/results/restore-buffer"
+out="$ROOT/bench/results/restore-buffer/$(date -u +%Y%m%dT%H%M%SZ).json"
+printf '%s\n' "${runs[@]}" | jq -s --arg commit "$(git -C "$ROOT" rev-parse HEAD)" \
+  --argjson machine "$(machine_json)" --arg flags "${FLAGS[*]}" \
+  --argjson history "$HISTORY" --argjson series "$SERIES" --argjson steady "$steady" \
+  '{commit: $commit, machine: $machine, flags: $flags, stored_raw_events: ($history + $series),
+    series: $series, leader_steady_rss_kib: $steady, runs: .}' >"$out"
+log "done: $out"
