@@ -215,8 +215,7 @@ pub struct RunArgs {
     /// list, 10^6 stored events, would take hundreds of MB): a full buffer pauses the list until the
     /// operator's own series are restored, and is then replayed early. Each part is replayed in time
     /// order, so a small buffer costs only more, smaller replays; a large one is held on top of the
-    /// rebuilt engine at the restore's peak (64Mi made that peak 2.6-3.1 times the leader's RSS at
-    /// 10^6 stored events, 8Mi 1.7 times, docs/BENCHMARKS.md).
+    /// rebuilt engine at the restore's peak (`just bench-restore-buffer`, docs/BENCHMARKS.md).
     /// A number of bytes, or with Ki, Mi or Gi.
     #[arg(long, default_value = "8Mi", value_parser = paging::parse_bytes)]
     pub restart_buffer_bytes: usize,
