@@ -5,9 +5,10 @@
 # RESUME=1 skips each benchmark whose newest result file is current: measured on HEAD's operator
 # code (src/, core/, the dependencies) and HEAD's version of its own script (`python3 bench/tables.py
 # --current`). The whole set then completes over several sittings while the code stays the same; a
-# change to the operator makes every figure stale again. The criterion and older end-to-end
-# benchmarks (engine, memory, economy, flood, bookmarks, ingest) keep undated result files and
-# always re-run.
+# change to the operator makes every figure stale again. The older end-to-end benchmarks (economy,
+# memory, flood, bookmarks, ingest) overwrite their summary and keep a dated copy with its commit
+# under bench/results/dated/ (`keep_dated`, bench/lib.sh); the criterion benchmarks (engine, memory
+# per series) keep no dated result and always re-run.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,7 +18,11 @@ log() { printf '%s bench-all: %s\n' "$(date +%T)" "$*" >&2; }
 # name | recipe | newest-result glob ("" = undated: always re-run) | the script it depends on
 steps=(
   "engine|cargo bench --bench engine && cargo bench --bench memory||"
-  "e2e|just bench-e2e||"
+  "economy|just bench-economy|bench/results/dated/economy/*.json|bench/economy.sh"
+  "memory|just bench-memory|bench/results/dated/memory/*.json|bench/memory.sh"
+  "flood|just bench-flood|bench/results/dated/flood/*.json|bench/flood.sh"
+  "bookmarks|just bench-bookmarks|bench/results/dated/bookmarks/*.json|bench/bookmarks.sh"
+  "ingest|just bench-ingest|bench/results/dated/ingest/*.json|bench/ingest.sh"
   "node|just bench-node|bench/results/node/*.json|bench/node.sh"
   "heartbeats|just bench-heartbeats|bench/results/heartbeats/*.json|bench/heartbeats.sh"
   "scale|just bench-scale|bench/results/scale/*/summary.json|bench/scale.sh"

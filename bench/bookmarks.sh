@@ -95,5 +95,6 @@ done
 rc=0
 for p in "${pids[@]}"; do wait "$p" || rc=1; done
 jq -s '.' "$OUT"/bookmarks/*.json >"$OUT/bookmarks.json"
+keep_dated bookmarks "$OUT/bookmarks.json"
 log "done: $OUT/bookmarks.json"
 exit "$rc"

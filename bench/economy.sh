@@ -158,4 +158,5 @@ else
 fi
 jq -s '.' "$OUT"/*.json | jq 'map(select(type == "object" and has("approach")))' >"$OUT/../economy.json.tmp" &&
   mv "$OUT/../economy.json.tmp" "$OUT/../economy.json"
+keep_dated economy "$OUT/../economy.json"
 log "done: $OUT (summary bench/results/economy.json); plot with: python3 bench/plot.py"

@@ -36,4 +36,5 @@ done
   (IFS=,; printf '%s' "${runs[*]}")
   printf ']}\n'
 } >"$OUT/flood.json"
+keep_dated flood "$OUT/flood.json"
 log "wrote $OUT/flood.json"

@@ -115,4 +115,5 @@ done
 printf '%s\n' "${results[@]}" | jq -s --argjson machine "$(machine_json)" --argjson keys "$KEYS" \
   --argjson step "$STEP" --argjson conc "$CONCURRENCY" \
   '{keys: $keys, step_s: $step, loader_concurrency: $conc, steps: ., machine_end: $machine}' >"$OUT/ingest.json"
+keep_dated ingest "$OUT/ingest.json"
 log "done: $OUT/ingest.json"

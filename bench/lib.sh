@@ -105,3 +105,13 @@ op_metric_sum() {
   { curl -fsS --max-time 5 "$OP_URL/metrics" || true; } |
     awk -v m="$1" 'index($1, m "{") == 1 || $1 == m { n += $2 } END { printf "%d\n", n }'
 }
+
+# keep_dated KIND FILE: also keeps FILE (a benchmark's JSON summary, which it overwrites each run) as
+# bench/results/dated/KIND/<date>.json, wrapped with the commit measured and the machine now, so that
+# `python3 bench/tables.py --current` can tell whether the newest run measured today's code.
+keep_dated() {
+  local dir="$ROOT/bench/results/dated/$1"
+  mkdir -p "$dir"
+  jq --arg commit "$(git -C "$ROOT" rev-parse HEAD)" --argjson machine "$(machine_json)" --arg kind "$1" \
+    '{commit: $commit, machine: $machine, kind: $kind, result: .}' "$2" >"$dir/$(date -u +%Y%m%dT%H%M%SZ).json"
+}

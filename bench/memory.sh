@@ -197,4 +197,5 @@ jq -n --argjson a "$m_small" --argjson b "$r_small" --argjson c "$m_small_after"
     operator: $op, malloc_tuning_env: $tuning,
     operator_flags: "--qps 2000 --burst 2000 --finish-after 2h --series-window 2h --heartbeat-interval 2h"}' \
   >"$OUT/$NAME.json"
+keep_dated "$NAME" "$OUT/$NAME.json"
 log "done: $OUT/$NAME.json"
