@@ -10,8 +10,8 @@
 #   namespaces: 10,000 series spread over NS_STEPS (10 100 1000 10000) namespaces;
 #   message:    MSG_RATE (20) changes a second of legacy (kubelet-style) raw events for MSG_SECONDS (60)
 #               with messages of MSG_STEPS (100 10000 1000000) bytes: the operator's CPU per change
-#               (the note is cut to 1,024 bytes once decoded), less its CPU over as long a time idle
-#               right before. Legacy events, since the API server refuses a new-style event's message
+#               (the note is cut to 1,024 bytes once decoded; changes include the 100 creates), less
+#               its CPU idle right before, scaled to the same length of time. Legacy events, since the API server refuses a new-style event's message
 #               beyond 1,024 bytes.
 # AXES picks some (default "series stored namespaces message"). Result: bench/results/growth/<date>.json;
 # docs/growth.svg is drawn from it by bench/plot_growth.py.
@@ -101,15 +101,19 @@ for axis in $AXES; do
     ;;
   message)
     fresh
+    until operator_ready; do sleep 0.2; done
+    sleep 10
     for bytes in $MSG_STEPS; do
-      # The operator's own CPU over as long a time without changes (ticks, heartbeats, metrics).
-      before="$(cpu_ticks "$OP_PID")"
+      # The operator's own CPU without changes (ticks, heartbeats, metrics), scaled below to the
+      # length of the loaded window (which also holds the loader's start and its 100 creates).
+      before="$(cpu_ticks "$OP_PID")" t0="$(date +%s%N)"
       sleep $((MSG_SECONDS + 5))
-      idle=$(($(cpu_ticks "$OP_PID") - before))
-      before="$(cpu_ticks "$OP_PID")" seen="$(op_metric event_series_occurrences_total | cut -d. -f1)"
+      idle=$(($(cpu_ticks "$OP_PID") - before)) idle_ns=$(($(date +%s%N) - t0))
+      before="$(cpu_ticks "$OP_PID")" seen="$(op_metric event_series_occurrences_total | cut -d. -f1)" t0="$(date +%s%N)"
       load rate --legacy --rate "$MSG_RATE" --duration "$MSG_SECONDS" --keys 100 --namespace "msg-$bytes" --message-bytes "$bytes"
       sleep 5
       ticks=$(($(cpu_ticks "$OP_PID") - before))
+      idle=$((idle * ($(date +%s%N) - t0) / idle_ns))
       changes=$(($(op_metric event_series_occurrences_total | cut -d. -f1) - seen))
       log "message $bytes B: $changes changes, $ticks CPU ticks ($idle idle)"
       points+=("$(printf '{"axis":"message","x":%s,"changes":%s,"cpu_ticks":%s,"idle_ticks":%s,"clk_tck":%s,"cpu_us_per_change":%s,"rss_kib":%s,"machine":%s}' \

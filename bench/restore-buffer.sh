@@ -4,9 +4,10 @@
 # raw events of loops that ended 150 minutes ago (1,000 namespaces) and SERIES (100,000) raw events
 # that are series at once (10 namespaces); one operator creates every series object, and its RSS
 # 20 s later is the steady RSS; it is then killed with SIGKILL. Then, ROUNDS (2) times, each of
-# BUFFERS ("64Mi 8Mi") in turn: a new process with that buffer, timed from its start to "recovered;
+# BUFFERS ("64Mi 8Mi") in turn (in reverse order in even rounds, so that drift favours none): a new process with that buffer, timed from its start to "recovered;
 # watching" (every own object restored, every raw event listed and replayed), its peak RSS (VmHWM)
-# by then and its RSS 15 s later; then killed. Same flags as bench/failover.sh.
+# by then and its RSS 15 s later; then killed. The flags of bench/failover.sh, and heartbeats every
+# 2 h so that no heartbeat falls due during the restarts.
 # Result: bench/results/restore-buffer/<date>.json and one line per restart on stdout.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,7 +20,7 @@ LOADER="$TARGET/release/examples/bench-loader"
 [ -x "$OPERATOR" ] || die "no $OPERATOR: cargo build --release"
 OP_PID=''
 trap 'kill -9 "$OP_PID" 2>/dev/null || true; cluster_stop' EXIT
-FLAGS=(--qps 2000 --burst 2000 --finish-after 2h --series-window 2h)
+FLAGS=(--qps 2000 --burst 2000 --finish-after 2h --series-window 2h --heartbeat-interval 2h)
 
 cluster_start restore-buffer EVENT_TTL=3h \
   "ETCD_EXTRA_ARGS=--quota-backend-bytes=8589934592 --auto-compaction-retention=2h" \
@@ -45,7 +46,9 @@ log "$SERIES series created; steady RSS $steady KiB"
 
 runs=()
 for round in $(seq "$ROUNDS"); do
-  for buffer in $BUFFERS; do
+  order="$BUFFERS"
+  [ $((round % 2)) = 0 ] && order="$(printf '%s\n' $BUFFERS | tac | xargs)"
+  for buffer in $order; do
     logfile="$CLUSTER_DIR/operator-$buffer-$round.log"
     load="$(cut -d' ' -f1 /proc/loadavg)"
     t0="$(date +%s%N)"
@@ -62,10 +65,10 @@ for round in $(seq "$ROUNDS"); do
     kill -9 "$OP_PID"
     wait "$OP_PID" 2>/dev/null || true
     flushes="$(grep -m1 -F 'recovered; watching' "$logfile" | grep -oE 'flushes=[0-9]+' | cut -d= -f2)"
-    echo "restore-buffer: $buffer round $round: rebuilt in $ms ms, $flushes early replays, peak RSS $peak KiB (${peak}/${steady} of steady), $after KiB 15 s later"
+    ratio="$(awk -v p="$peak" -v s="$steady" 'BEGIN { printf "%.3f", p / s }')"
+    echo "restore-buffer: $buffer round $round: rebuilt in $ms ms, $flushes early replays, peak RSS $peak KiB (${ratio}x the steady $steady KiB), $after KiB 15 s later"
     runs+=("$(printf '{"buffer":"%s","round":%s,"rebuilt_ms":%s,"flushes":%s,"peak_rss_kib":%s,"rss_after_15s_kib":%s,"peak_over_steady":%s,"loadavg_1m":%s}' \
-      "$buffer" "$round" "$ms" "${flushes:-0}" "$peak" "$after" \
-      "$(awk -v p="$peak" -v s="$steady" 'BEGIN { printf "%.3f", p / s }')" "$load")")
+      "$buffer" "$round" "$ms" "${flushes:-0}" "$peak" "$after" "$ratio" "$load")")
   done
 done
 

@@ -107,8 +107,8 @@ fn replay_peak(budget: usize) {
             restart.flush(&mut engine, &metrics, now);
         }
     }
-    let peak = PEAK.load(Ordering::Relaxed);
     restart.finish(&mut engine, 1, now, now);
+    let peak = PEAK.load(Ordering::Relaxed);
     let after = LIVE.load(Ordering::Relaxed);
     let mib = |b: isize| b as f64 / (1024.0 * 1024.0);
     println!(
