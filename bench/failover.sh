@@ -22,9 +22,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 . "$ROOT/bench/lib.sh"
 
 HISTORY="${HISTORY:-900000}" SERIES="${SERIES:-100000}" RATE="${RATE:-5}"
-LOADER="$TARGET/release/examples/bench-loader"
-[ -x "$LOADER" ] || die "no $LOADER: cargo build --release --example bench-loader"
-[ -x "$OPERATOR" ] || die "no $OPERATOR: cargo build --release"
+need_loader
 A_PID='' B_PID='' LOAD_PID=''
 trap 'kill "$LOAD_PID" 2>/dev/null || true; kill -9 "$A_PID" 2>/dev/null || true; stop_pid "$B_PID"; cluster_stop' EXIT
 
@@ -62,12 +60,8 @@ B_PID=$OP_PID B_URL=$OP_URL B_HEALTH=$OP_HEALTH
 
 # Until the leader has written every series object.
 t0=$SECONDS
-OP_URL=$A_URL
-while [ "$(op_metric 'event_series_api_requests_total{verb="create",code="201"}' | cut -d. -f1)" -lt "$SERIES" ]; do
-  [ $((SECONDS - t0)) -lt 3600 ] || die "replica-a did not create $SERIES series in an hour"
-  kill -0 "$A_PID" || die "replica-a exited (log $CLUSTER_DIR/operator-a.log)"
-  sleep 5
-done
+OP_URL=$A_URL OP_PID=$A_PID
+wait_for_creates "$SERIES" "$CLUSTER_DIR/operator-a.log"
 sleep 20
 steady_rss="$(rss_kib "$A_PID")"
 log "replica-a created $SERIES series in $((SECONDS - t0)) s; steady RSS $steady_rss KiB"

@@ -23,9 +23,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 AXES="${AXES:-series stored namespaces message}"
 SERIES_STEPS="${SERIES_STEPS:-1000 10000 100000}" STORED_STEPS="${STORED_STEPS:-10000 100000 1000000}"
 NS_STEPS="${NS_STEPS:-10 100 1000 10000}" MSG_STEPS="${MSG_STEPS:-100 10000 1000000}" MSG_RATE="${MSG_RATE:-20}" MSG_SECONDS="${MSG_SECONDS:-60}"
-LOADER="$TARGET/release/examples/bench-loader"
-[ -x "$LOADER" ] || die "no $LOADER: cargo build --release --example bench-loader"
-[ -x "$OPERATOR" ] || die "no $OPERATOR: cargo build --release"
+need_loader
 OP_PID=''
 trap 'stop_pid "$OP_PID"; cluster_stop' EXIT
 FLAGS=(--qps 2000 --burst 2000 --finish-after 2h --series-window 2h --heartbeat-interval 2h)

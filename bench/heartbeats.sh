@@ -15,9 +15,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 . "$ROOT/bench/lib.sh"
 
 SERIES="${SERIES:-10000}" MINUTES="${MINUTES:-15}" RATE="${RATE:-5}"
-LOADER="$TARGET/release/examples/bench-loader"
-[ -x "$LOADER" ] || die "no $LOADER: cargo build --release --example bench-loader"
-[ -x "$OPERATOR" ] || die "no $OPERATOR: cargo build --release"
+need_loader
 OP_PID='' LOAD_PID=''
 trap 'kill "$LOAD_PID" 2>/dev/null || true; stop_pid "$OP_PID"; cluster_stop' EXIT
 

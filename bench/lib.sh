@@ -115,3 +115,21 @@ keep_dated() {
   jq --arg commit "$(git -C "$ROOT" rev-parse HEAD)" --argjson machine "$(machine_json)" --arg kind "$1" \
     '{commit: $commit, machine: $machine, kind: $kind, result: .}' "$2" >"$dir/$(date -u +%Y%m%dT%H%M%SZ).json"
 }
+
+# need_loader: sets LOADER (the bench-loader example) and stops unless it and the operator are built.
+need_loader() {
+  LOADER="$TARGET/release/examples/bench-loader"
+  [ -x "$LOADER" ] || die "no $LOADER: cargo build --release --example bench-loader"
+  [ -x "$OPERATOR" ] || die "no $OPERATOR: cargo build --release"
+}
+
+# wait_for_creates N LOGFILE: until the operator at OP_URL (process OP_PID) has created N series
+# objects (201 answers), for at most an hour.
+wait_for_creates() {
+  local t0=$SECONDS
+  while [ "$(op_metric 'event_series_api_requests_total{verb="create",code="201"}' | cut -d. -f1)" -lt "$1" ]; do
+    [ $((SECONDS - t0)) -lt 3600 ] || die "the operator did not create $1 series in an hour (log $2)"
+    kill -0 "$OP_PID" || die "the operator exited (log $2)"
+    sleep 5
+  done
+}

@@ -30,9 +30,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SMALL="${SMALL:-10000}" LARGE="${LARGE:-100000}" OUT="${OUT:-$ROOT/bench/results}"
 BARE_LISTS="${BARE_LISTS:-3}" BARE_CHUNKS="${BARE_CHUNKS:-500}" NAME="${NAME:-memory}"
 CURL_LISTS="${CURL_LISTS:-$BARE_LISTS}" CURL_CHUNKS="${CURL_CHUNKS:-$BARE_CHUNKS}"
-LOADER="$TARGET/release/examples/bench-loader"
-[ -x "$LOADER" ] || die "no $LOADER: cargo build --release --example bench-loader"
-[ -x "$OPERATOR" ] || die "no $OPERATOR: cargo build --release"
+need_loader
 mkdir -p "$OUT"
 OP_PID=''
 trap 'stop_pid "$OP_PID"; cluster_stop' EXIT

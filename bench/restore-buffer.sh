@@ -15,9 +15,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 . "$ROOT/bench/lib.sh"
 
 HISTORY="${HISTORY:-400000}" SERIES="${SERIES:-100000}" ROUNDS="${ROUNDS:-2}" BUFFERS="${BUFFERS:-64Mi 8Mi}"
-LOADER="$TARGET/release/examples/bench-loader"
-[ -x "$LOADER" ] || die "no $LOADER: cargo build --release --example bench-loader"
-[ -x "$OPERATOR" ] || die "no $OPERATOR: cargo build --release"
+need_loader
 OP_PID=''
 trap 'kill -9 "$OP_PID" 2>/dev/null || true; cluster_stop' EXIT
 FLAGS=(--qps 2000 --burst 2000 --finish-after 2h --series-window 2h --heartbeat-interval 2h)
@@ -32,12 +30,7 @@ KUBECONFIG="$KUBECONFIG_FILE" "$LOADER" --concurrency 48 seed --count "$SERIES" 
 log "stored $HISTORY + $SERIES raw events"
 
 operator_start "$CLUSTER_DIR/operator-first.log" "${FLAGS[@]}"
-t0=$SECONDS
-while [ "$(op_metric 'event_series_api_requests_total{verb="create",code="201"}' | cut -d. -f1)" -lt "$SERIES" ]; do
-  [ $((SECONDS - t0)) -lt 3600 ] || die "the operator did not create $SERIES series in an hour"
-  kill -0 "$OP_PID" || die "the operator exited (log $CLUSTER_DIR/operator-first.log)"
-  sleep 5
-done
+wait_for_creates "$SERIES" "$CLUSTER_DIR/operator-first.log"
 sleep 20
 steady="$(rss_kib "$OP_PID")"
 kill -9 "$OP_PID"
