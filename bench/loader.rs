@@ -19,7 +19,7 @@
 
 use clap::{Parser, Subcommand};
 use event_series_test_support::cluster::client_from_env;
-use event_series_test_support::load::Load;
+use event_series_test_support::load::{Changes, Load};
 
 #[derive(Debug, Parser)]
 struct Args {
@@ -131,8 +131,11 @@ async fn main() -> anyhow::Result<()> {
             message_bytes,
             legacy,
         } => {
-            load.rate(rate, duration, keys, &namespace, (message_bytes, legacy))
-                .await?
+            let changes = Changes {
+                message_bytes,
+                legacy,
+            };
+            load.rate(rate, duration, keys, &namespace, changes).await?
         }
     };
     println!("{}", load.summary(figures));

@@ -3,10 +3,10 @@
 //! and a paced rate of raw event changes.
 
 use crate::cluster::ensure_namespace;
-use crate::raw::{Occurrences, backoff_message, kubelet, numbered_pod, operators_own};
+use crate::raw::{Occurrences, backoff_message, kubelet, numbered_pod, occurrence, operators_own};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Event, EventSeries};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use std::sync::Arc;
@@ -52,21 +52,25 @@ fn history(ns: &str, i: u64, age: Duration) -> Event {
     )
 }
 
+/// What each change of [`Load::rate`] is.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Changes {
+    /// A new message of this many bytes with every change.
+    pub message_bytes: Option<usize>,
+    /// Kubelet-style events (`count`, `lastTimestamp`) instead of new-style ones (`series`).
+    pub legacy: bool,
+}
+
 /// A legacy (kubelet-like) event of Pod `i`, first occurrence now, with the name of [`new_style`]'s.
 fn legacy_style(ns: &str, i: u64) -> Event {
     let pod = format!("web-{i:07}");
-    let now = Timestamp::now();
     kubelet(
         ns,
         &format!("{pod}.ingest"),
         numbered_pod(ns, &pod, i),
         "BackOff",
         backoff_message(ns, &pod),
-        Occurrences {
-            count: 1,
-            first: now,
-            last: now,
-        },
+        Occurrences::at(1, Timestamp::now()),
     )
 }
 
@@ -216,7 +220,10 @@ impl Load {
         duration: f64,
         keys: u64,
         namespace: &str,
-        (message_bytes, legacy): (Option<usize>, bool),
+        Changes {
+            message_bytes,
+            legacy,
+        }: Changes,
     ) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
         anyhow::ensure!(rate > 0.0 && keys > 0, "--rate and --keys must be positive");
         ensure_namespace(&self.client, namespace).await?;
@@ -268,7 +275,7 @@ impl Load {
                     let i = n % keys;
                     let count = counts[i as usize].fetch_add(1, Ordering::Relaxed) + 1;
                     let mut patch = if legacy {
-                        serde_json::json!({ "count": count, "lastTimestamp": Time(Timestamp::now()) })
+                        occurrence(count)
                     } else {
                         let series = EventSeries {
                             count: Some(count as i32),

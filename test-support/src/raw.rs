@@ -99,10 +99,15 @@ pub fn operators_own() -> BTreeMap<String, String> {
 /// The merge patch with which a legacy recorder records one more occurrence, now: `count` is the
 /// new total (absolute, so that a patch sent twice cannot count twice).
 pub fn occurrence_patch(count: impl Into<serde_json::Value>) -> Patch<serde_json::Value> {
-    Patch::Merge(serde_json::json!({
+    Patch::Merge(occurrence(count))
+}
+
+/// The fields a legacy recorder changes for one more occurrence now: `count` and `lastTimestamp`.
+pub fn occurrence(count: impl Into<serde_json::Value>) -> serde_json::Value {
+    serde_json::json!({
         "count": count.into(),
         "lastTimestamp": Time(Timestamp::now()),
-    }))
+    })
 }
 
 /// Pod number `i` of a generated storm, `ns/name`: its container, with a uid made from `i`.
