@@ -95,6 +95,7 @@ impl Engine {
             last: at.seen,
             sources: Sources::new(),
             ended: None,
+            used: 0,
         }) else {
             return;
         };
@@ -155,6 +156,7 @@ fn make_dormant(slot: &mut Slot, keys: &mut KeyStore, id: KeyId, c: Tally, max: 
         last: c.seen,
         sources: c.sources,
         ended: slot.dormant.peek(&id).and_then(|d| d.ended),
+        used: 0,
     };
     slot.make_dormant(id, d, max);
 }

@@ -7,7 +7,8 @@
 //! occurrences, not as a series: the live engine saw each of them alone.
 
 use super::Stats;
-use super::storage::{Micros, Table, micros, shrink, table};
+use super::storage::{Micros, micros};
+use super::tables::{Lru, Used};
 use crate::key::{Observation, RawId};
 
 #[derive(Clone, Copy, Debug)]
@@ -16,6 +17,21 @@ struct RawState {
     last: Micros,
     /// The relist in which the object was last seen.
     generation: u32,
+    /// Set by the [`Lru`] that holds it.
+    used: u32,
+}
+
+// The tick sits where the record had padding: it costs no memory.
+const _: () = assert!(std::mem::size_of::<RawState>() == 24);
+
+impl Used for RawState {
+    fn used(&self) -> u32 {
+        self.used
+    }
+
+    fn set_used(&mut self, tick: u32) {
+        self.used = tick;
+    }
 }
 
 /// What one observation adds.
@@ -30,7 +46,7 @@ pub(super) struct Delta {
 /// The count last absorbed from each raw object, at most `capacity` of them (the least recently
 /// updated is forgotten first; seen again, it counts as new).
 pub(super) struct RawCounts {
-    table: Table<RawId, RawState>,
+    table: Lru<RawId, RawState>,
     capacity: usize,
     generation: u32,
 }
@@ -38,7 +54,7 @@ pub(super) struct RawCounts {
 impl RawCounts {
     pub fn new(capacity: usize) -> RawCounts {
         RawCounts {
-            table: table(),
+            table: Lru::new(),
             capacity: capacity.max(1),
             generation: 0,
         }
@@ -73,6 +89,7 @@ impl RawCounts {
                 count: obs.count,
                 last: micros(obs.last),
                 generation: self.generation,
+                used: 0,
             },
         );
         Delta {
@@ -106,7 +123,7 @@ impl RawCounts {
     }
 
     pub fn shrink(&mut self) {
-        shrink(&mut self.table);
+        self.table.shrink();
     }
 
     pub fn memory_usage(&self) -> usize {

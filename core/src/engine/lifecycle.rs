@@ -230,6 +230,7 @@ impl Engine {
                 name_variant: s.name_variant,
             }),
             sources: t.sources,
+            used: 0,
         };
         if let Some(slot) = self.slots.get_mut(slot_idx) {
             slot.make_dormant(id, dormant, max);

@@ -34,7 +34,8 @@
 //! | Ongoing, heartbeat, Finished; [`Engine::tick`] | `lifecycle` |
 //! | rebuild from stored series objects | `restore` |
 //! | wake-ups | `timers` |
-//! | tables and records; [`Engine::housekeep`] | `storage` |
+//! | records, slots; [`Engine::housekeep`] | `storage` |
+//! | LRU tables, sharded where large | `tables` |
 //! | namespaces, their labels and slots; [`Engine::namespace_removed`] | `namespaces` |
 //!
 //! # Bounds
@@ -70,6 +71,7 @@ mod namespaces;
 mod pacing;
 mod restore;
 mod storage;
+mod tables;
 mod timers;
 
 use crate::intent::{Intent, SeriesState, Snapshot, WriteKind};

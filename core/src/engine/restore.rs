@@ -137,6 +137,7 @@ impl Engine {
                 last,
                 sources,
                 ended,
+                used: 0,
             };
             match slot.dormant.peek_mut(&p.id) {
                 Some(d) if d.last >= last => {}

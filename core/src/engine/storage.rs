@@ -1,14 +1,14 @@
-//! How the engine stores its state: compact times, LRU tables in one allocation each, the records of
-//! a candidate, a series and a dormant key, and the slots that group them by policy (the namespaces
-//! are in `namespaces`). Also the housekeeping that gives memory back after a burst.
+//! How the engine stores its state: compact times, the records of a candidate, a series and a
+//! dormant key, and the slots that group them by policy (the tables are in `tables`, the namespaces
+//! in `namespaces`). Also the housekeeping that gives memory back after a burst.
 
 use super::Engine;
+use super::tables::{Lru, Table, Used, shrink, table};
 use crate::intent::{MAX_SOURCES, Source};
 use crate::key::store::Stored;
 use crate::key::{KeyId, RawId};
 use crate::settings::Settings;
 use chrono::{DateTime, Utc};
-use schnellru::{LruMap, UnlimitedCompact};
 use std::collections::BTreeMap;
 
 /// Unix microseconds: how the engine stores a time, smaller than a `DateTime<Utc>` and compared
@@ -24,31 +24,6 @@ pub(super) fn micros(t: DateTime<Utc>) -> Micros {
 
 pub(super) fn time(m: Micros) -> DateTime<Utc> {
     DateTime::from_timestamp_micros(m).unwrap_or(DateTime::<Utc>::MIN_UTC)
-}
-
-/// An LRU map stored in one hash table, entries linked by `u32` indices: no allocation per entry, so
-/// many series are a few large allocations that a restart or a burst cannot fragment.
-pub(super) type Table<K, V> = LruMap<K, V, UnlimitedCompact>;
-
-pub(super) fn table<K: std::hash::Hash + PartialEq, V>() -> Table<K, V> {
-    LruMap::new(UnlimitedCompact)
-}
-
-/// Tables below this capacity are never shrunk.
-pub(super) const SHRINK_FLOOR: usize = 4096;
-
-/// A table never shrinks by itself: after a burst of candidates it would keep the burst's capacity
-/// (entries included) for good. Once it is a quarter full, its entries move to a fresh table, oldest
-/// first, so the LRU order is kept; amortised over the removals that emptied it.
-pub(super) fn shrink<K: std::hash::Hash + PartialEq, V>(t: &mut Table<K, V>) {
-    if t.guaranteed_capacity() < SHRINK_FLOOR || t.len() * 4 > t.guaranteed_capacity() {
-        return;
-    }
-    let mut fresh = table();
-    while let Some((k, v)) = t.pop_oldest() {
-        fresh.insert(k, v);
-    }
-    *t = fresh;
 }
 
 /// A [`Source`] as the engine keeps it, with its time as [`Micros`].
@@ -202,6 +177,21 @@ pub(super) struct Dormant {
     pub sources: Sources,
     /// The series the key last finished, if its occurrences were not all alone.
     pub ended: Option<Ended>,
+    /// Set by the [`Lru`] that holds it.
+    pub used: u32,
+}
+
+// The tick sits where the record had padding: it costs no memory.
+const _: () = assert!(std::mem::size_of::<Dormant>() == 88);
+
+impl Used for Dormant {
+    fn used(&self) -> u32 {
+        self.used
+    }
+
+    fn set_used(&mut self, tick: u32) {
+        self.used = tick;
+    }
 }
 
 /// What a finished series was: enough to write it again under its name, when an occurrence its
@@ -390,7 +380,7 @@ impl<V: InNamespace> NsTables<V> {
 pub(super) struct Slot {
     pub series: SeriesTables,
     pub candidates: NsTables<Tally>,
-    pub dormant: Table<KeyId, Dormant>,
+    pub dormant: Lru<KeyId, Dormant>,
 }
 
 impl Slot {
@@ -398,7 +388,7 @@ impl Slot {
         Slot {
             series: SeriesTables::default(),
             candidates: NsTables::default(),
-            dormant: table(),
+            dormant: Lru::new(),
         }
     }
 
@@ -446,7 +436,7 @@ impl Engine {
             }
             slot.series.shrink();
             slot.candidates.shrink();
-            shrink(&mut slot.dormant);
+            slot.dormant.shrink();
         }
         self.free_namespaces();
         self.raw.shrink();

@@ -2,7 +2,8 @@
 //! leaves its older timer in the heap; that one is stale and skipped when it comes due, which is
 //! cheaper than removing it from the middle of the heap.
 
-use super::storage::{Micros, SHRINK_FLOOR, micros};
+use super::storage::{Micros, micros};
+use super::tables::SHRINK_FLOOR;
 use crate::key::KeyId;
 use chrono::{DateTime, Utc};
 use std::cmp::Reverse;
