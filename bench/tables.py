@@ -18,7 +18,9 @@ A generated table sits between two markers that name its generator and its resul
                                       re-runs only those)
 
 The result file's commit and machine are printed under each table, so a figure always says what it
-measured.
+measured. A generator's name may carry an argument after a colon: `growth:series,namespaces` shows
+those axes only, and `...:history` marks a table that records what one past run found (an
+investigation's evidence): `--latest` and `--stale` leave it as measured.
 """
 
 import glob
@@ -145,9 +147,9 @@ def failover(d):
     ])
 
 
-def growth(d):
+def growth(d, axes=None):
     rows = []
-    for p in d["points"]:
+    for p in points(d, axes):
         if p["axis"] == "message":
             rows.append(["message {} B".format(n(p["x"])), "", "", n(p["rss_kib"] / 1024, 1), "", "",
                          "{} µs".format(p["cpu_us_per_change"])])
@@ -169,6 +171,23 @@ def restore_buffer(d):
                   "load (1 min)"], rows)
 
 
+def points(d, axes):
+    """The growth points of `axes` (a comma-separated list; all when None)."""
+    keep = axes.split(",") if axes else None
+    return [p for p in d.get("points", []) if keep is None or p["axis"] in keep]
+
+
+def fits(kind, arg, d, current):
+    """Whether result `d` can stand for `current` in a table of `kind`: a growth file with points of
+    the table's axes, a scale file run with the same steps (a bill table: with its bill)."""
+    if kind == "growth":
+        return bool(points(d, arg))
+    if kind.startswith("scale-"):
+        labels = lambda r: [s.get("label") for s in r.get("steps", [])]
+        return labels(d) == labels(current) and (kind != "scale-bill" or bool(d.get("bill")))
+    return True
+
+
 GENERATORS = {"scale-steps": scale_steps, "scale-bill": scale_bill, "heartbeats": heartbeats, "soak": soak,
               "failover": failover, "growth": growth, "restore-buffer": restore_buffer}
 
@@ -176,19 +195,31 @@ GENERATORS = {"scale-steps": scale_steps, "scale-bill": scale_bill, "heartbeats"
 DATE = re.compile(r"\d{8}T\d{6}Z")
 
 
-def newest(path):
-    """The newest result file of the kind of `path`: its date part replaced by the latest there is."""
-    found = sorted(glob.glob(os.path.join(ROOT, DATE.sub("*", path))))
-    return os.path.relpath(found[-1], ROOT) if found else path
+def newest(path, kind, arg):
+    """The newest result file like `path` (its date part replaced) that fits the table."""
+    current = result(path)
+    for found in sorted(glob.glob(os.path.join(ROOT, DATE.sub("*", path))), reverse=True):
+        rel = os.path.relpath(found, ROOT)
+        if rel == path or fits(kind, arg, result(rel), current):
+            return rel
+    return path
+
+
+def generator(name):
+    """(kind, argument or None) of a marker's generator name."""
+    kind, _, arg = name.partition(":")
+    return kind, arg or None
 
 
 def render(text, latest=False):
     def one(m):
         name, path = m.group(1), m.group(2)
-        if latest:
-            path = newest(path)
+        kind, arg = generator(name)
+        if latest and arg != "history":
+            path = newest(path, kind, arg)
         d = result(path)
-        return "<!-- table: {} {} -->\n{}{}<!-- /table -->\n".format(name, path, GENERATORS[name](d), source(d, path))
+        body = GENERATORS[kind](d, arg) if arg not in (None, "history") else GENERATORS[kind](d)
+        return "<!-- table: {} {} -->\n{}{}<!-- /table -->\n".format(name, path, body, source(d, path))
     return MARKER.sub(one, text)
 
 
@@ -238,6 +269,8 @@ def stale_tables():
         with open(os.path.join(ROOT, doc)) as f:
             text = f.read()
         for m in MARKER.finditer(text):
+            if generator(m.group(1))[1] == "history":
+                continue
             commit = result(m.group(2)).get("commit", "?")
             changed = changed_since(commit)
             if changed != []:

@@ -37,17 +37,75 @@ fn docs_have_generated_tables() {
     }
 }
 
-#[test]
-fn an_edited_table_is_caught() {
-    // The checker itself: a copy of the docs with one figure changed must fail the check.
+/// A copy of bench/tables.py, the result files and the docs in a fresh temporary directory.
+fn copy_of_the_docs(name: &str) -> std::path::PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let dir = std::env::temp_dir().join(format!("event-series-docs-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("event-series-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
     for sub in ["bench", "docs"] {
         std::fs::create_dir_all(dir.join(sub)).expect("temp dir");
     }
     std::fs::copy(root.join("bench/tables.py"), dir.join("bench/tables.py")).expect("copy");
+    copy_tree(&root.join("bench/results"), &dir.join("bench/results"));
+    for doc in ["docs/BENCHMARKS.md", "docs/FAULTS.md"] {
+        std::fs::copy(root.join(doc), dir.join(doc)).expect("copy");
+    }
+    dir
+}
+
+#[test]
+fn latest_moves_a_table_only_to_a_result_that_fits_it() {
+    // A newer full scale run must take over the current scale table, but neither the tables kept
+    // as a past run's evidence (`:history`) nor a growth table of other axes than the newest file's.
+    let dir = copy_of_the_docs("latest");
     let results = dir.join("bench/results");
-    copy_tree(&root.join("bench/results"), &results);
+    let doc = dir.join("docs/BENCHMARKS.md");
+    let before = std::fs::read_to_string(&doc).expect("doc");
+    let marker = |text: &str, kind: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("<!-- table: {kind}")))
+            .map(str::to_string)
+            .collect()
+    };
+    let scale = marker(&before, "scale-steps ");
+    let full = scale[0]
+        .split(' ')
+        .nth(3)
+        .expect("a result path")
+        .to_string();
+    let newer = results.join("scale/29991231T000000Z");
+    std::fs::create_dir_all(&newer).expect("mkdir");
+    std::fs::copy(dir.join(&full), newer.join("summary.json")).expect("copy");
+    for f in ["commit", "machine.json"] {
+        let _ = std::fs::copy(dir.join(&full).with_file_name(f), newer.join(f));
+    }
+    let out = Command::new("python3")
+        .arg(dir.join("bench/tables.py"))
+        .arg("--latest")
+        .output()
+        .expect("python3");
+    let after = std::fs::read_to_string(&doc).expect("doc");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(marker(&after, "scale-steps ")[0].contains("29991231T000000Z"));
+    assert_eq!(
+        marker(&after, "scale-steps:history"),
+        marker(&before, "scale-steps:history")
+    );
+    assert!(!marker(&before, "scale-steps:history").is_empty());
+    assert_eq!(marker(&after, "growth:"), marker(&before, "growth:"));
+    assert_eq!(marker(&before, "growth:").len(), 2);
+}
+
+#[test]
+fn an_edited_table_is_caught() {
+    // The checker itself: a copy of the docs with one figure changed must fail the check.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = copy_of_the_docs("edited");
     for doc in ["docs/BENCHMARKS.md", "docs/FAULTS.md"] {
         let text = std::fs::read_to_string(root.join(doc)).expect("doc");
         // The first figure cell of the first generated table, changed.
