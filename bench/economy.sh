@@ -11,7 +11,10 @@
 #
 # Usage: bench/economy.sh [approach...]        (default: all four, run at the same time)
 # Environment:
-#   PODS (100) RATE (1, occurrences/s per pod) DURATION (300, seconds of storm)
+#   PODS (100) RATE (1, occurrences/s per pod) DURATION (2100, seconds of storm: 35 minutes, so that a
+#   loop outlives one 30-minute heartbeat or refresh of tools/events and of the operator)
+#   LINGER (780): seconds the tools/events emitter stays alive after the storm, for the final write
+#   its recorder makes 6-12 minutes after a series' last occurrence, as a long-lived component's does
 #   SAMPLE (10, seconds between samples)   SERIAL=1 runs the approaches one after the other
 #   OUT (bench/results/economy)             where samples-<approach>.csv and <approach>.json go
 #   FINISH_AFTER, HEARTBEAT, WINDOW (SPEC defaults 6m, 30m, 6m): the operator's durations
@@ -22,7 +25,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$ROOT/bench/lib.sh"
 
-PODS="${PODS:-100}" RATE="${RATE:-1}" DURATION="${DURATION:-300}" SAMPLE="${SAMPLE:-10}"
+PODS="${PODS:-100}" RATE="${RATE:-1}" DURATION="${DURATION:-2100}" SAMPLE="${SAMPLE:-10}" LINGER="${LINGER:-780}"
 OUT="${OUT:-$ROOT/bench/results/economy}"
 FINISH_AFTER="${FINISH_AFTER:-6m}" HEARTBEAT="${HEARTBEAT:-30m}" WINDOW="${WINDOW:-6m}"
 secs() { local d="$1"; case "$d" in *m) echo $((${d%m} * 60)) ;; *s) echo "${d%s}" ;; *h) echo $((${d%h} * 3600)) ;; *) echo "$d" ;; esac; }
@@ -56,7 +59,7 @@ one() {
       ;;
     events)
       "$BIN/emitter" --kubeconfig "$KUBECONFIG_FILE" --recorder events --scenario crashloop "${storm[@]}" \
-        --qps 1000 --burst 1000 --output "$CLUSTER_DIR/emitter.json" >"$CLUSTER_DIR/emitter.log" 2>&1 &
+        --linger "${LINGER}s" --qps 1000 --burst 1000 --output "$CLUSTER_DIR/emitter.json" >"$CLUSTER_DIR/emitter.log" 2>&1 &
       ;;
     kube-rs)
       rm -f "$CLUSTER_DIR/progress"
@@ -130,9 +133,10 @@ one() {
     --argjson storm_end "$storm_end" --argjson machine_start "$machine_before" --argjson machine_end "$(machine_json)" \
     --argjson operator "$op_json" \
     --arg durations "finishAfter=$FINISH_AFTER heartbeatInterval=$HEARTBEAT seriesWindow=$WINDOW" \
+    --argjson linger "$([ "$approach" = events ] && echo "$LINGER" || echo 0)" \
     '{approach: $approach, pods: $pods, rate: $rate, duration_s: $duration, emitted: $emitted,
       api_count: $api_count, core_writes: $core, events_k8s_io_writes: $ev,
-      storm_and_flush_s: $storm_end, operator: $operator, operator_durations: $durations,
+      storm_and_flush_s: $storm_end, linger_s: $linger, operator: $operator, operator_durations: $durations,
       machine_start: $machine_start, machine_end: $machine_end}' >"$json"
   log "$approach: $(jq -c '{emitted, api_count, core_writes, events_k8s_io_writes, operator}' "$json")"
 }
@@ -159,4 +163,4 @@ fi
 jq -s '.' "$OUT"/*.json | jq 'map(select(type == "object" and has("approach")))' >"$OUT/../economy.json.tmp" &&
   mv "$OUT/../economy.json.tmp" "$OUT/../economy.json"
 keep_dated economy "$OUT/../economy.json"
-log "done: $OUT (summary bench/results/economy.json); plot with: python3 bench/plot.py"
+log "done: $OUT (summary $(dirname "$OUT")/economy.json); plot with: python3 bench/plot.py"

@@ -171,6 +171,41 @@ def restore_buffer(d):
                   "load (1 min)"], rows)
 
 
+ECONOMY = [
+    ("legacy", "client-go `tools/record` (the kubelet's) alone"),
+    ("events", "client-go `tools/events` alone"),
+    ("kube-rs", "kube-rs `Recorder`"),
+    ("event-series", "`tools/record` + event-series"),
+]
+
+
+def economy(d):
+    """`just bench-economy`: the writes of one storm per approach, each recorder's and the system's
+    (raw writes plus series writes), from a dated summary (bench/results/dated/economy/)."""
+    by = {r["approach"]: r for r in d["result"]}
+    rows = []
+    for approach, label in ECONOMY:
+        r = by.get(approach)
+        if r is None:
+            continue
+        core, ev = r["core_writes"], r["events_k8s_io_writes"]
+        total = core + ev
+        if r.get("linger_s"):
+            label += " (alive {} s after the storm)".format(n(r["linger_s"]))
+        held = "{} ({} %)".format(n(r["api_count"]), n(100 * r["api_count"] / max(r["emitted"], 1), 1))
+        op = r.get("operator") or {}
+        if op:
+            held += "; series objects count {} in {}, {} Finished".format(
+                n(op["series_count_sum"]), n(op["series_objects"]), n(op["finished_objects"]))
+        load = lambda m: (m or {}).get("loadavg", "?").split()[0]
+        rows.append([label, n(r["emitted"]), n(core), n(ev), "**{}**".format(n(total)),
+                     n(1000 * total / max(r["emitted"], 1), 1), held,
+                     "{} / {}".format(load(r.get("machine_start")), load(r.get("machine_end")))])
+    return table(["approach", "occurrences emitted", "core/v1 writes (raw)", "events.k8s.io writes",
+                  "all writes", "writes per 1,000 occurrences", "occurrences the API holds",
+                  "load (1 min) at start / end"], rows)
+
+
 def points(d, axes):
     """The growth points of `axes` (a comma-separated list; all when None)."""
     keep = axes.split(",") if axes else None
@@ -189,7 +224,7 @@ def fits(kind, arg, d, current):
 
 
 GENERATORS = {"scale-steps": scale_steps, "scale-bill": scale_bill, "heartbeats": heartbeats, "soak": soak,
-              "failover": failover, "growth": growth, "restore-buffer": restore_buffer}
+              "failover": failover, "growth": growth, "restore-buffer": restore_buffer, "economy": economy}
 
 
 DATE = re.compile(r"\d{8}T\d{6}Z")

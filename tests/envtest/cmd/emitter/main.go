@@ -12,7 +12,8 @@
 // occurrences only bump the recorder's in-memory series; it writes them on its
 // own timers only (refresh every 30 minutes, finish after 6 minutes without
 // occurrences). A short run therefore leaves series.count <= 2 in the API; that
-// is what api_count reports. The emitter does not write events by hand.
+// is what api_count reports, unless --linger keeps the recorder alive for its
+// final write. The emitter does not write events by hand.
 //
 // api_count can also be lower than emitted because the legacy spam filter drops
 // occurrences, and because both broadcasters silently drop events when their
@@ -107,6 +108,7 @@ func main() {
 		seed       = flag.Int64("seed", 1, "random seed (names, UIDs, messages, jitter)")
 		output     = flag.String("output", "", "write the ground truth JSON here instead of stdout")
 		flushMax   = flag.Duration("flush-timeout", 90*time.Second, "longest wait for the recorder to deliver everything")
+		linger     = flag.Duration("linger", 0, "keep the recorder running this long after the last occurrence, before the flush: tools/events writes a series' final count 6-12 minutes after its last occurrence, as a long-lived component does")
 	)
 	flag.Parse()
 	log.SetPrefix("emitter: ")
@@ -245,6 +247,10 @@ func main() {
 		}()
 	}
 	wg.Wait()
+	if *linger > 0 {
+		log.Printf("lingering %s for the recorder's own timers", *linger)
+		time.Sleep(*linger)
+	}
 
 	// Flush: the recorders are asynchronous and have no flush call. Wait until
 	// their sink has been idle for a while (longer after a failed write: both
