@@ -126,7 +126,7 @@ done
 
 mkdir -p "$ROOT/bench/results/growth"
 out="$ROOT/bench/results/growth/$(date -u +%Y%m%dT%H%M%SZ).json"
-printf '%s\n' "${points[@]}" | jq -s --arg commit "$(git -C "$ROOT" rev-parse HEAD)" \
+printf '%s\n' "${points[@]}" | jq -s --arg commit "$BENCH_COMMIT" \
   --argjson machine "$(machine_json)" --arg flags "${FLAGS[*]}" \
   '{commit: $commit, machine: $machine, flags: $flags, points: .}' >"$out"
 log "done: $out"

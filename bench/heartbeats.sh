@@ -87,7 +87,7 @@ EOF
 mkdir -p bench/results/heartbeats
 out="bench/results/heartbeats/$(date -u +%Y%m%dT%H%M%SZ).json"
 cat >"$out" <<EOF
-{"commit": "$(git rev-parse HEAD)", "machine": $machine, "series": $SERIES, "minutes": $MINUTES,
+{"commit": "$BENCH_COMMIT", "machine": $machine, "series": $SERIES, "minutes": $MINUTES,
  "flags": "${FLAGS[*]} (default --qps 50 --burst 100), apiserver --event-ttl 6m",
  "min_stored_after_creates": $min_stored, "max_pending": $max_pending,
  "heartbeat_latency_mean_s": $(python3 -c "print(round($lat_sum / max($lat_n, 1), 2))"), "heartbeats": ${lat_n%.*},

@@ -13,6 +13,14 @@ case "$TARGET" in /*) ;; *) TARGET="$ROOT/$TARGET" ;; esac
 # features (bench/allocators.sh).
 OPERATOR="${OPERATOR:-$TARGET/release/event-series}"
 
+# BENCH_COMMIT: the commit the benchmark measures, taken when it starts (right after `just`'s
+# bench-build), not when it writes its result: a commit made while a long run goes on must not
+# relabel it. "-dirty" when the operator's code had uncommitted changes (`tables.py` then calls the
+# result not current).
+BENCH_COMMIT="$(git -C "$ROOT" rev-parse HEAD)"
+[ -z "$(git -C "$ROOT" status --porcelain -- src core Cargo.toml Cargo.lock core/Cargo.toml)" ] ||
+  BENCH_COMMIT="$BENCH_COMMIT-dirty"
+
 log() { printf '%s bench: %s\n' "$(date +%T)" "$*" >&2; }
 die() {
   log "$*"
@@ -112,7 +120,7 @@ op_metric_sum() {
 keep_dated() {
   local dir="$ROOT/bench/results/dated/$1"
   mkdir -p "$dir"
-  jq --arg commit "$(git -C "$ROOT" rev-parse HEAD)" --argjson machine "$(machine_json)" --arg kind "$1" \
+  jq --arg commit "$BENCH_COMMIT" --argjson machine "$(machine_json)" --arg kind "$1" \
     '{commit: $commit, machine: $machine, kind: $kind, result: .}' "$2" >"$dir/$(date -u +%Y%m%dT%H%M%SZ).json"
 }
 

@@ -98,7 +98,7 @@ figures() {
 mkdir -p bench/results/node
 out="bench/results/node/$(date -u +%Y%m%dT%H%M%SZ).json"
 cat >"$out" <<RESULT
-{"commit": "$(git rev-parse HEAD)", "minutes": $MINUTES, "machine": $machine, "image": "$image",
+{"commit": "$BENCH_COMMIT", "minutes": $MINUTES, "machine": $machine, "image": "$image",
  "policies": {"bench": "defaults (firstRefresh 1m)", "bench-norefresh": "firstRefresh 0"},
  "staleness_sampled_every_s": 10,
  "namespaces": {"bench": $(figures bench), "bench-norefresh": $(figures bench-norefresh)},

@@ -67,7 +67,7 @@ done
 
 mkdir -p "$ROOT/bench/results/restore-buffer"
 out="$ROOT/bench/results/restore-buffer/$(date -u +%Y%m%dT%H%M%SZ).json"
-printf '%s\n' "${runs[@]}" | jq -s --arg commit "$(git -C "$ROOT" rev-parse HEAD)" \
+printf '%s\n' "${runs[@]}" | jq -s --arg commit "$BENCH_COMMIT" \
   --argjson machine "$(machine_json)" --arg flags "${FLAGS[*]}" \
   --argjson history "$HISTORY" --argjson series "$SERIES" --argjson steady "$steady" \
   '{commit: $commit, machine: $machine, flags: $flags, stored_raw_events: ($history + $series),

@@ -79,7 +79,7 @@ EOF
 }
 
 cat >"$OUT/run.json" <<EOF
-{"commit": "$(git -C "$ROOT" rev-parse HEAD)", "dirty": $([ -z "$(git -C "$ROOT" status --porcelain -uno)" ] && echo false || echo true),
+{"commit": "$BENCH_COMMIT", "dirty": $(case "$BENCH_COMMIT" in *-dirty) echo true ;; *) echo false ;; esac),
  "machine": $(machine_json), "steps": "$STEPS", "bill": "$BILL", "watch_cache": "${WATCH_CACHE:-default}",
  "apiserver_args": "${apiserver_args[*]}", "kwok": "$(cat "$ROOT/target/tools/bin/.kwok.version")",
  "operator_flags": "--leader-elect --log-format=json (config/default) --metrics-secure=false (loopback)",

@@ -35,7 +35,7 @@ k create clusterrolebinding soak-metrics --clusterrole event-series-metrics-read
 out="bench/results/soak/$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$out"
 machine_json >"$out/machine.json"
-git rev-parse HEAD >"$out/commit"
+echo "$BENCH_COMMIT" >"$out/commit"
 git status --porcelain --untracked-files=no | grep -q . && echo dirty >>"$out/commit"
 log "soak: results in $out"
 KUBECTL="$BIN/kubectl" KUBECONFIG="$KUBECONFIG_FILE" CLUSTER_DIR="$CLUSTER_DIR" \

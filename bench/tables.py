@@ -206,6 +206,48 @@ def economy(d):
                   "load (1 min) at start / end"], rows)
 
 
+def memory(d):
+    """`just bench-memory`: RSS with 10,000 and 100,000 series, built and after a restart."""
+    r = d["result"]
+    mib = lambda kib: n(kib / 1024, 1)
+    rows = []
+    for built, restart, after in zip(r["memory"], r["restart"], r["memory_after_restart"]):
+        rows.append([n(built["series"]), "**{}** (peak {})".format(mib(built["vmrss_kib"]), mib(built["vmhwm_kib"])),
+                     n(restart["ready_ms"] / 1000, 1),
+                     "**{}** (peak {})".format(mib(after["vmrss_kib"]), mib(after["vmhwm_kib"]))])
+    return table(["active series", "RSS (MiB), process that built them", "restart to /readyz (s)",
+                  "RSS (MiB) after a restart rebuilt them"], rows)
+
+
+def flood(d):
+    """`just bench-flood`: peak RSS with 300 raw events of 100 B and of 1 MB messages."""
+    r = d["result"]
+    mib = lambda kib: n(kib / 1024, 1)
+    rows = [[str(i + 1), mib(x["short_watch_kib"]), mib(x["long_watch_kib"]), mib(x["short_restart_kib"]),
+             mib(x["long_restart_kib"])] for i, x in enumerate(r["runs"])]
+    return table(["run", "peak watching, 100 B (MiB)", "peak watching, 1 MB (MiB)",
+                  "peak after a restart, 100 B (MiB)", "peak after a restart, 1 MB (MiB)"], rows)
+
+
+def bookmarks(d):
+    """`just bench-bookmarks`: what forced watch reconnects re-send, with and without bookmarks."""
+    rows = [["off (default for events)" if x["watch_cache"] == "off" else x["watch_cache"], x["bookmarks"],
+             n(x["watch_restarts"]), "**{}**".format(n(x["bookmarks_received"])), n(x["relists"]),
+             "**{}**".format(n(x["objects_relisted"]))] for x in d["result"]]
+    return table(["apiserver watch cache", "bookmarks asked", "watch reconnects", "bookmarks received",
+                  "relists (410 Gone)", "raw events re-sent"], rows)
+
+
+def ingest(d):
+    """`just bench-ingest`: raw event changes a second against the operator's lag, CPU and RSS."""
+    rows = [[n(x["target_rate"]), n(x["achieved_rate"], 1), n(x["operator_observed_per_s"], 1),
+             "{} / {}".format(n(x["lag_p50_s"] * 1000, 1), n(x["lag_p99_s"] * 1000, 1)),
+             n(x["operator_cpu_cores"], 3), n(x["apiserver_cpu_cores"], 3), n(x["operator_rss_kib"] / 1024, 1),
+             x["loadavg_at_start"].split()[0]] for x in d["result"]["steps"]]
+    return table(["target changes/s", "achieved", "seen by the operator /s", "lag p50 / p99 (ms)",
+                  "operator CPU (cores)", "apiserver CPU (cores)", "operator RSS (MiB)", "load (1 min)"], rows)
+
+
 def points(d, axes):
     """The growth points of `axes` (a comma-separated list; all when None)."""
     keep = axes.split(",") if axes else None
@@ -224,7 +266,8 @@ def fits(kind, arg, d, current):
 
 
 GENERATORS = {"scale-steps": scale_steps, "scale-bill": scale_bill, "heartbeats": heartbeats, "soak": soak,
-              "failover": failover, "growth": growth, "restore-buffer": restore_buffer, "economy": economy}
+              "failover": failover, "growth": growth, "restore-buffer": restore_buffer, "economy": economy,
+              "memory": memory, "flood": flood, "bookmarks": bookmarks, "ingest": ingest}
 
 
 DATE = re.compile(r"\d{8}T\d{6}Z")
@@ -272,8 +315,8 @@ def git(*args):
 def changed_since(commit, extra=()):
     """The operator code paths (and `extra` paths, e.g. the benchmark's own script) that differ
     between `commit` and HEAD ([] when the figures are current); None when the commit is not in this
-    clone."""
-    if git("cat-file", "-e", commit + "^{commit}").returncode != 0:
+    clone or the code measured was not committed ("-dirty", bench/lib.sh)."""
+    if commit.endswith("-dirty") or git("cat-file", "-e", commit + "^{commit}").returncode != 0:
         return None
     paths = [*CODE, *extra]
     out = [p for p in git("diff", "--name-only", commit, "HEAD", "--", *paths).stdout.split() if p not in MANIFESTS]
@@ -310,7 +353,7 @@ def stale_tables():
             changed = changed_since(commit)
             if changed != []:
                 out.append((doc, m.group(1), m.group(2), commit[:7],
-                            "commit not in this clone" if changed is None else ", ".join(changed[:6])
+                            "uncommitted code, or a commit not in this clone" if changed is None else ", ".join(changed[:6])
                             + (" and {} more".format(len(changed) - 6) if len(changed) > 6 else "")))
     return out
 
