@@ -181,7 +181,8 @@ pub(super) struct Dormant {
     pub used: u32,
 }
 
-// The tick sits where the record had padding: it costs no memory.
+// The tick sits where the record had padding: it costs no memory (on the 64-bit targets built).
+#[cfg(target_pointer_width = "64")]
 const _: () = assert!(std::mem::size_of::<Dormant>() == 88);
 
 impl Used for Dormant {

@@ -68,11 +68,11 @@ pub(super) trait Used {
 
 /// An LRU map of many entries (dormant keys, raw-object counts), kept as [`SHARDS`] [`Table`]s
 /// with one recency order across them: the oldest entry is the oldest of the shards' oldest, by
-/// the tick each entry was last used at (O(`SHARDS`), asked only at a bound or on expiry).
+/// the tick each entry was last used at (O(`SHARDS`): asked at a bound, on expiry and when a
+/// policy change moves entries).
 pub(super) struct Lru<K, V> {
     shards: Vec<Table<K, V>>,
     tick: u32,
-    len: usize,
 }
 
 impl<K: Shard + std::hash::Hash + PartialEq + Copy, V: Used> Lru<K, V> {
@@ -80,13 +80,12 @@ impl<K: Shard + std::hash::Hash + PartialEq + Copy, V: Used> Lru<K, V> {
         Lru {
             shards: (0..SHARDS).map(|_| table()).collect(),
             tick: 0,
-            len: 0,
         }
     }
 
-    /// The next tick. When the ticks run out (after 2^32 uses), every entry's tick is moved down
-    /// by 2^31 in place, keeping the order; entries unused for more than 2^31 ticks then tie as
-    /// the oldest.
+    /// The next tick (one per lookup that marks an entry used, found or not). When the ticks run
+    /// out (after 2^32, then every 2^31), every entry's tick is moved down by 2^31 in place,
+    /// keeping the order; entries unused for more than 2^31 ticks then tie as the oldest.
     fn tick(&mut self) -> u32 {
         if self.tick == u32::MAX {
             const HALF: u32 = 1 << 31;
@@ -101,8 +100,10 @@ impl<K: Shard + std::hash::Hash + PartialEq + Copy, V: Used> Lru<K, V> {
         self.tick
     }
 
+    /// Summed over the shards rather than kept: a shard that cannot grow (out of memory) gives up
+    /// entries of its own on an insert, which a kept count would miss.
     pub fn len(&self) -> usize {
-        self.len
+        self.shards.iter().map(|t| t.len()).sum()
     }
 
     /// The entry, marked as the most recently used.
@@ -124,31 +125,20 @@ impl<K: Shard + std::hash::Hash + PartialEq + Copy, V: Used> Lru<K, V> {
     /// Inserts or replaces the entry, as the most recently used.
     pub fn insert(&mut self, k: K, mut v: V) {
         v.set_used(self.tick());
-        let t = &mut self.shards[k.shard()];
-        let before = t.len();
-        t.insert(k, v);
-        self.len += t.len() - before;
+        self.shards[k.shard()].insert(k, v);
     }
 
     /// The entry, inserted from `f` when missing, marked as the most recently used. `None` only
     /// when the table cannot grow (out of memory).
     pub fn get_or_insert(&mut self, k: K, f: impl FnOnce() -> V) -> Option<&mut V> {
         let tick = self.tick();
-        let t = &mut self.shards[k.shard()];
-        let mut inserted = false;
-        let v = t.get_or_insert(k, || {
-            inserted = true;
-            f()
-        })?;
+        let v = self.shards[k.shard()].get_or_insert(k, f)?;
         v.set_used(tick);
-        self.len += usize::from(inserted);
         Some(v)
     }
 
     pub fn remove(&mut self, k: &K) -> Option<V> {
-        let v = self.shards[k.shard()].remove(k)?;
-        self.len -= 1;
-        Some(v)
+        self.shards[k.shard()].remove(k)
     }
 
     fn oldest_shard(&self) -> Option<usize> {
@@ -166,9 +156,7 @@ impl<K: Shard + std::hash::Hash + PartialEq + Copy, V: Used> Lru<K, V> {
 
     pub fn pop_oldest(&mut self) -> Option<(K, V)> {
         let i = self.oldest_shard()?;
-        let popped = self.shards[i].pop_oldest()?;
-        self.len -= 1;
-        Some(popped)
+        self.shards[i].pop_oldest()
     }
 
     /// Every entry, in no particular order.
