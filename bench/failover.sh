@@ -111,7 +111,7 @@ phases="$(grep -m1 -F 'recovered; watching' "$CLUSTER_DIR/operator-b.log" | sed 
 
 mkdir -p "$ROOT/bench/results/failover"
 out="$ROOT/bench/results/failover/$(date -u +%Y%m%dT%H%M%SZ).json"
-jq -n --arg commit "$(git -C "$ROOT" rev-parse HEAD)" --argjson machine "$machine" \
+jq -n --arg commit "$BENCH_COMMIT" --argjson machine "$machine" \
   --argjson history "$HISTORY" --argjson series "$SERIES" --arg flags "${FLAGS[*]}" \
   --argjson own_n "$own_n" --argjson own_ms "$own_ms" --argjson raw_n "$raw_n" --argjson raw_ms "$raw_ms" \
   --argjson lease "$lease_ms" --argjson restored "$restored_ms" --argjson write "$write_ms" \

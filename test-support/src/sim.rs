@@ -143,6 +143,7 @@ pub struct Sim {
     pub store: Store,
     pub now: DateTime<Utc>,
     rv: u64,
+    /// By `<namespace>/<name>`: the order of their keys in etcd, in which a list serves them.
     raws: BTreeMap<String, Event>,
     pub intents: Vec<Intent>,
     pub fed: u64,
@@ -213,7 +214,8 @@ impl Sim {
         self.rv += 1;
         self.fed += n as u64;
         let now = self.now + self.skew;
-        let ev = match self.raws.get_mut(raw) {
+        let at = format!("{ns}/{raw}");
+        let ev = match self.raws.get_mut(&at) {
             Some(ev) => {
                 // One raw object has one recorder, which writes its occurrences in order: a late
                 // write never moves its latest time back.
@@ -240,7 +242,7 @@ impl Sim {
                 } else {
                     legacy(ns, raw, regarding, reason, n, now, now)
                 };
-                self.raws.entry(raw.to_owned()).or_insert(ev)
+                self.raws.entry(at).or_insert(ev)
             }
         };
         ev.metadata.resource_version = Some(self.rv.to_string());
@@ -282,8 +284,8 @@ impl Sim {
             let p = object::decode(obj, check).expect("own objects pass the checks");
             engine.restore(self.now, p);
         }
-        // The raw events as a list serves them (in name order), through the operator's own
-        // restart buffer.
+        // The raw events as a list serves them (in key order: namespace, then name), through the
+        // operator's own restart buffer.
         let metrics = event_series::metrics::Metrics::default();
         let mut restart = restart::Restart::new(self.restart_buffer);
         for ev in self.raws.values() {
@@ -340,13 +342,17 @@ pub fn ops_lagging_up_to(max_lag: u8) -> impl Strategy<Value = Op> {
     ]
 }
 
+/// The namespaces of [`apply`]'s keys, so that a restart's list moves past namespaces (in etcd's
+/// key order "ns-a/…" comes before "ns/…").
+const NAMESPACES: [&str; 3] = ["ns", "ns-a", "ns-b"];
+
 pub fn apply(sim: &mut Sim, op: &Op) {
     match *op {
         Op::Occur { key, raw, n, lag } => {
             let skew = sim.skew;
             sim.skew = skew - TimeDelta::seconds(lag.into());
             sim.occur_n(
-                "ns",
+                NAMESPACES[usize::from(key) % NAMESPACES.len()],
                 &format!("k{key}-r{raw}"),
                 &format!("pod-{key}"),
                 "BackOff",

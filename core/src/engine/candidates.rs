@@ -9,7 +9,7 @@
 //! goes out entirely, the least recently seen first.
 
 use super::counting::Placement;
-use super::storage::{Dormant, Slot, Sources, Tally, record};
+use super::storage::{Dormant, Slot, Sources, Tally, record, time};
 use super::{Engine, Landing, Stats};
 use crate::key::store::KeyStore;
 use crate::key::{KeyId, Observation};
@@ -78,17 +78,27 @@ impl Engine {
     }
 
     /// Records a raw object's count on its key without counting anything (a stale observation), so
-    /// that a series the key forms later lists it among its sources.
-    pub(super) fn remember(&mut self, at: &Landing, obs: &Observation) {
+    /// that a series the key forms later lists it among its sources. A key not known yet whose
+    /// occurrence is older than `dormant_retention` gets no record: housekeeping would forget it at
+    /// once, as a process that saw it live has. (A restart lists the whole stored history, 10^6
+    /// events; each of its ended loops would otherwise be a dormant record until the recovery
+    /// ends, tens of MiB the running process no longer holds.)
+    pub(super) fn remember(&mut self, now: DateTime<Utc>, at: &Landing, obs: &Observation) {
         let (id, ns, t) = (at.id, at.ns, at.t);
         let max = self.policies.settings(at.slot).max_candidates();
+        let retention = self.config.dormant_retention;
         let slot = &mut self.slots[at.slot];
         if let Some(c) = slot.candidates.peek_mut(ns, &id) {
             record(&mut c.sources, obs.raw, obs.count, t);
             return;
         }
-        if slot.dormant.peek(&id).is_none() && slot.dormant.len() >= max {
-            slot.dormant.pop_oldest();
+        if slot.dormant.peek(&id).is_none() {
+            if time(at.seen) + retention <= now {
+                return;
+            }
+            if slot.dormant.len() >= max {
+                slot.dormant.pop_oldest();
+            }
         }
         let Some(d) = slot.dormant.get_or_insert(id, || Dormant {
             ns,

@@ -272,7 +272,7 @@ impl Engine {
         }
         if self.is_stale(now, &at) {
             self.stats.dropped_stale += d.added;
-            self.remember(&at, obs);
+            self.remember(now, &at, obs);
             return;
         }
         self.stats.lone += placed.lone;
