@@ -102,6 +102,9 @@ pub struct Load {
     concurrency: usize,
     done: AtomicU64,
     failed: AtomicU64,
+    /// Creates answered 409 AlreadyExists: the object is there (a create the client sent again
+    /// after a timeout, whose first try had landed), neither a new object nor a failure.
+    existed: AtomicU64,
     started: Instant,
 }
 
@@ -112,6 +115,7 @@ impl Load {
             concurrency: concurrency.max(1),
             done: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            existed: AtomicU64::new(0),
             started: Instant::now(),
         }
     }
@@ -121,6 +125,9 @@ impl Load {
         match r {
             Ok(_) => {
                 self.done.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 && e.reason == "AlreadyExists" => {
+                self.existed.fetch_add(1, Ordering::Relaxed);
             }
             Err(e) => {
                 if self.failed.fetch_add(1, Ordering::Relaxed) < 5 {
@@ -319,13 +326,18 @@ impl Load {
         Ok(figures)
     }
 
-    /// The JSON summary of the run: `figures`, then requests done and failed, and the wall time.
+    /// The JSON summary of the run: `figures`, then requests done, failed and answered "already
+    /// exists", and the wall time.
     pub fn summary(
         &self,
         mut figures: serde_json::Map<String, serde_json::Value>,
     ) -> serde_json::Value {
         figures.insert("done".into(), self.done.load(Ordering::Relaxed).into());
         figures.insert("failed".into(), self.failed.load(Ordering::Relaxed).into());
+        figures.insert(
+            "already_existed".into(),
+            self.existed.load(Ordering::Relaxed).into(),
+        );
         figures.insert("wall_s".into(), self.started.elapsed().as_secs_f64().into());
         serde_json::Value::Object(figures)
     }
