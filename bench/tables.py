@@ -52,9 +52,11 @@ def table(header, rows):
 
 def source(d, path):
     m = d.get("machine") or {}
-    return "\n<sub>From [`{p}`](../{p}): commit {c}, {cpu} × {nproc}, load average {load} at the start, {date}.</sub>\n".format(
+    # A dated copy (bench/lib.sh keep_dated) takes the machine when the run is over.
+    when = "when it ended" if "kind" in d else "at the start"
+    return "\n<sub>From [`{p}`](../{p}): commit {c}, {cpu} × {nproc}, load average {load} {when}, {date}.</sub>\n".format(
         p=path, c=d.get("commit", "?")[:7], cpu=m.get("cpu", "?"), nproc=m.get("nproc", "?"),
-        load=m.get("loadavg", "?").split()[0], date=m.get("date", "?"))
+        load=m.get("loadavg", "?").split()[0], when=when, date=m.get("date", "?"))
 
 
 def scale_steps(d):
