@@ -79,21 +79,24 @@ impl Engine {
 
     /// Records a raw object's count on its key without counting anything (a stale observation), so
     /// that a series the key forms later lists it among its sources. A key not known yet whose
-    /// occurrence is older than `dormant_retention` gets no record: housekeeping would forget it at
-    /// once, as a process that saw it live has. (A restart lists the whole stored history, 10^6
-    /// events; each of its ended loops would otherwise be a dormant record until the recovery
-    /// ends, tens of MiB the running process no longer holds.)
+    /// occurrence is older than `dormant_retention` by more than the clock tolerance gets no record:
+    /// housekeeping would forget it at once, as a process that saw it live has. (A restart lists
+    /// the whole stored history, 10^6 events; each of its ended loops would otherwise be a dormant
+    /// record until the recovery ends, tens of MiB the running process no longer holds.) The
+    /// margin: a listed occurrence is timed by the emitter's clock, a watched one was recorded at
+    /// its arrival, up to the tolerance later (an emitter behind, a write late); the live record
+    /// of it may still be kept.
     pub(super) fn remember(&mut self, now: DateTime<Utc>, at: &Landing, obs: &Observation) {
         let (id, ns, t) = (at.id, at.ns, at.t);
         let max = self.policies.settings(at.slot).max_candidates();
-        let retention = self.config.dormant_retention;
+        let forget = self.config.dormant_retention + self.config.clock_tolerance;
         let slot = &mut self.slots[at.slot];
         if let Some(c) = slot.candidates.peek_mut(ns, &id) {
             record(&mut c.sources, obs.raw, obs.count, t);
             return;
         }
         if slot.dormant.peek(&id).is_none() {
-            if time(at.seen) + retention <= now {
+            if time(at.seen) + forget <= now {
                 return;
             }
             if slot.dormant.len() >= max {
