@@ -103,17 +103,37 @@ pub fn fast_settings() -> Settings {
 #[derive(Default)]
 pub struct Store {
     pub objects: BTreeMap<(String, String), events::Event>,
+    /// When each object was last written (its TTL runs from there).
+    written: BTreeMap<(String, String), DateTime<Utc>>,
+    /// Objects the event TTL deleted, as last written: their counts still count.
+    pub expired: BTreeMap<(String, String), events::Event>,
 }
 
 impl Store {
-    fn apply(&mut self, intents: &[Intent]) {
+    fn apply(&mut self, intents: &[Intent], now: DateTime<Utc>) {
         for i in intents {
             let ev = to_event(&i.series);
             let id = (
                 ev.metadata.namespace.clone().unwrap(),
                 ev.metadata.name.clone().unwrap(),
             );
+            self.expired.remove(&id);
+            self.written.insert(id.clone(), now);
             self.objects.insert(id, ev);
+        }
+    }
+
+    /// Deletes the objects not written for `ttl`, as the API server does.
+    fn expire(&mut self, now: DateTime<Utc>, ttl: TimeDelta) {
+        let gone: Vec<_> = (self.written.iter())
+            .filter(|(_, at)| **at + ttl <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in gone {
+            self.written.remove(&id);
+            if let Some(ev) = self.objects.remove(&id) {
+                self.expired.insert(id, ev);
+            }
         }
     }
 
@@ -126,10 +146,10 @@ impl Store {
             .collect()
     }
 
-    /// Sum of series counts per key label, over every object.
+    /// Sum of series counts per key label, over every object ever written (expired ones too).
     pub fn counts_by_key(&self) -> BTreeMap<String, u64> {
         let mut out = BTreeMap::new();
-        for e in self.objects.values() {
+        for e in self.objects.values().chain(self.expired.values()) {
             let key = e.metadata.labels.as_ref().unwrap()["eventseries.dev/key"].clone();
             *out.entry(key).or_default() += e.series.as_ref().unwrap().count as u64;
         }
@@ -154,6 +174,13 @@ pub struct Sim {
     /// The restart buffer's budget in bytes (`--restart-buffer-bytes`): a restart replays the
     /// raw events early whenever it is reached.
     pub restart_buffer: usize,
+    /// The API server's event TTL, where the simulation models it (see [`Sim::with_event_ttl`]).
+    event_ttl: Option<TimeDelta>,
+    /// When each raw object was last written, by `<namespace>/<name>`.
+    written: BTreeMap<String, DateTime<Utc>>,
+    /// Raw objects the event TTL deleted: one written again under the same name is a new object,
+    /// with a new uid.
+    deleted: std::collections::BTreeSet<String>,
 }
 
 impl Sim {
@@ -174,7 +201,26 @@ impl Sim {
             config,
             skew: TimeDelta::zero(),
             restart_buffer: usize::MAX,
+            event_ttl: None,
+            written: BTreeMap::new(),
+            deleted: Default::default(),
         }
+    }
+
+    /// A simulation that lives with the event TTL, as the operator does: the engine remembers
+    /// dormant keys for `ttl` (its `dormant_retention`) and is housekept every 10 s; a raw event or
+    /// series object not written for `ttl` is deleted (the engine hears of a raw one, as from the
+    /// watch); heartbeats are put off no later than 3/4 of it.
+    pub fn with_event_ttl(settings: Settings, ttl: TimeDelta, clock_tolerance: TimeDelta) -> Sim {
+        let config = EngineConfig {
+            dormant_retention: ttl,
+            clock_tolerance,
+            heartbeat_ceiling: ttl * 3 / 4,
+            ..Default::default()
+        };
+        let mut sim = Sim::with_config(PolicySet::uniform(settings), config);
+        sim.event_ttl = Some(ttl);
+        sim
     }
 
     /// Applies new policies live; a restart keeps them.
@@ -193,7 +239,7 @@ impl Sim {
 
     fn flush(&mut self) {
         let intents = self.engine.take_intents();
-        self.store.apply(&intents);
+        self.store.apply(&intents, self.now);
         self.intents.extend(intents);
     }
 
@@ -237,16 +283,20 @@ impl Sim {
             }
             None => {
                 let regarding = pod(ns, obj);
-                let ev = if new_style_event {
+                let mut ev = if new_style_event {
                     new_style(ns, raw, regarding, reason, n, now, now)
                 } else {
                     legacy(ns, raw, regarding, reason, n, now, now)
                 };
-                self.raws.entry(at).or_insert(ev)
+                if self.deleted.contains(&at) {
+                    ev.metadata.uid = Some(format!("raw-{ns}-{raw}-{}", self.rv));
+                }
+                self.raws.entry(at.clone()).or_insert(ev)
             }
         };
         ev.metadata.resource_version = Some(self.rv.to_string());
         let ev = ev.clone();
+        self.written.insert(at, self.now);
         self.feed(&ev);
     }
 
@@ -257,6 +307,33 @@ impl Sim {
             self.now = (self.now + step).min(end);
             self.engine.tick(self.now);
             self.flush();
+            if let Some(ttl) = self.event_ttl {
+                self.expire(ttl);
+            }
+        }
+    }
+
+    /// The event TTL's deletions, and the controller's housekeeping every 10 s.
+    fn expire(&mut self, ttl: TimeDelta) {
+        let now = self.now;
+        self.store.expire(now, ttl);
+        let gone: Vec<String> = (self.written.iter())
+            .filter(|(_, at)| **at + ttl <= now)
+            .map(|(at, _)| at.clone())
+            .collect();
+        for at in gone {
+            self.written.remove(&at);
+            self.deleted.insert(at.clone());
+            if let Some(ev) = self.raws.remove(&at) {
+                let m = &ev.metadata;
+                let (ns, name) = (m.namespace.as_deref(), m.name.as_deref());
+                let uid = m.uid.as_deref().unwrap_or_default();
+                let raw = key::RawId::of(ns.unwrap_or_default(), name.unwrap_or_default(), uid);
+                self.engine.forget_raw(raw);
+            }
+        }
+        if (now - t0()).num_seconds() % 10 == 0 {
+            self.engine.housekeep(now);
         }
     }
 

@@ -265,7 +265,12 @@ impl Engine {
             return;
         }
         let first = micros(obs.first).saturating_add(shift);
-        let placed = counting::place(&d, first, at.t, at.window);
+        let listed = self.recovering() || self.relisting;
+        let retention = self.config.dormant_retention.num_microseconds();
+        let unrecorded = retention
+            .filter(|_| listed)
+            .map(|r| micros(now).saturating_sub(r));
+        let placed = counting::place(&d, first, (at.t, at.window), unrecorded);
         if self.reopen(now, &at, obs, &placed, &settings) {
             self.stats.lone += placed.lone;
             return;
