@@ -6,8 +6,8 @@
 //!    every stored event of its scope, and over a whole cluster holding 10^6 events even its first
 //!    page outlasts the request deadline), decode each as a claim ([`crate::object::decode()`]) and restore it into the
 //!    engine. Meanwhile the
-//!    first list of raw events is fetched; each raw event is kept as a compact [`OwnedObservation`]
-//!    ([`Restart::buffer`]) rather than fed at once, because a list comes in name order and because
+//!    first list of raw events is fetched; each raw event is kept as a compact observation in a
+//!    [`ReplayBuffer`] ([`Restart::buffer`]) rather than fed at once, because a list comes in name order and because
 //!    the engine must know every stored series before it counts a raw event.
 //! 2. [`Restart::finish`], at the end of that list: replay the buffer in the order the occurrences
 //!    happened, so candidates and gaps form exactly as they did when the events were watched live,
@@ -19,7 +19,7 @@
 
 use crate::engine::Engine;
 use crate::health::Health;
-use crate::key::OwnedObservation;
+use crate::key::ReplayBuffer;
 use crate::metrics::Metrics;
 use crate::object;
 use crate::paging::{self, PageSize};
@@ -41,9 +41,8 @@ pub const OWN_PAGE_SIZE: u32 = 2000;
 /// A restart in progress, from the restore of the own series objects to the end of the first list
 /// of raw events.
 pub struct Restart {
-    buffer: Vec<OwnedObservation>,
-    /// About how many bytes `buffer` holds, and the most it may.
-    bytes: usize,
+    buffer: ReplayBuffer,
+    /// About how many bytes `buffer` may hold.
     budget: usize,
     /// Times the buffer was replayed before the end of the list.
     flushes: u32,
@@ -103,8 +102,7 @@ impl Restart {
     /// A restart whose buffer holds about `budget` bytes at most.
     pub fn new(budget: usize) -> Restart {
         Restart {
-            buffer: Vec::new(),
-            bytes: 0,
+            buffer: ReplayBuffer::default(),
             budget: budget.max(1),
             flushes: 0,
             started: Instant::now(),
@@ -115,15 +113,13 @@ impl Restart {
     /// with a log line and a metric.
     pub fn buffer(&mut self, ev: &CoreEvent, metrics: &Metrics) {
         if let Some(obs) = crate::feed::read(ev, metrics) {
-            let obs = OwnedObservation::new(&obs);
-            self.bytes += std::mem::size_of::<OwnedObservation>() + obs.heap_bytes();
-            self.buffer.push(obs);
+            self.buffer.push(&obs);
         }
     }
 
     /// The buffer holds its budget: [`Restart::flush`] it once the restore is complete.
     pub fn is_full(&self) -> bool {
-        self.bytes >= self.budget
+        self.buffer.bytes() >= self.budget
     }
 
     /// Replays what the buffer holds now, in time order, and empties it: what bounds a restart's
@@ -148,10 +144,9 @@ impl Restart {
     /// Replays and empties the buffer; how many raw events it held.
     fn replay(&mut self, engine: &mut Engine, now: DateTime<Utc>) -> usize {
         let mut buffer = std::mem::take(&mut self.buffer);
-        self.bytes = 0;
-        sort_for_replay(&mut buffer);
-        for obs in &buffer {
-            engine.observe(now, &obs.view());
+        buffer.sort_for_replay();
+        for obs in buffer.iter() {
+            engine.observe(now, &obs);
         }
         let n = buffer.len();
         drop(buffer);
@@ -354,12 +349,6 @@ pub struct Bounds {
     pub restore_timeout: Duration,
     /// About how many bytes the buffer of the first list may hold ([`Restart::flush`]).
     pub buffer_bytes: usize,
-}
-
-/// Puts listed raw events in the order their occurrences happened. A list arrives in name order; fed
-/// in time order, candidates and gaps form exactly as they did when the events were watched live.
-pub fn sort_for_replay(observations: &mut [OwnedObservation]) {
-    observations.sort_by_key(OwnedObservation::replay_order);
 }
 
 /// A restore that could not go on.

@@ -5,14 +5,17 @@
 //!   from it; nothing is allocated on the path of an occurrence.
 //! - [`packed`]: an owned key and note in one allocation, for what lives longer than the event.
 //! - [`store`]: where the engine keeps the packed keys of its series and candidates.
+//! - [`replay`]: observations held to be replayed in time order (a restart's first list).
 
 pub mod fields;
 pub mod normalise;
 pub mod packed;
+pub mod replay;
 pub mod store;
 
-pub use normalise::{NormaliseError, Observation, OwnedObservation, normalise};
+pub use normalise::{NormaliseError, Observation, normalise};
 pub use packed::{KeyBuf, PackedKey};
+pub use replay::ReplayBuffer;
 
 use std::fmt;
 use xxhash_rust::xxh3::{Xxh3, xxh3_64};

@@ -2,7 +2,7 @@
 //! from it (SPEC "Input" and "Grouping").
 
 use super::fields::{self, CONTROLLER_LIMIT, LENGTH_LIMIT, NOTE_LIMIT, reference};
-use super::{KeyBuf, KeyRef, ObjectRef, RawId, SeriesKey};
+use super::{KeyRef, ObjectRef, RawId, SeriesKey};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Event, ObjectReference};
 use k8s_openapi::jiff::Timestamp;
@@ -28,59 +28,6 @@ pub struct Observation<'a> {
     pub last: DateTime<Utc>,
     /// A string field was longer than its limit and was cut (see [`fields`]).
     pub truncated: bool,
-}
-
-/// An [`Observation`] that owns its text, in one allocation for the key and note. The first list after a
-/// start is buffered in this form until it can be replayed in time order (see `restart`): it costs a
-/// small fraction of a decoded Event with its metadata, which bounds the memory peak of a restart.
-#[derive(Clone, Debug)]
-pub struct OwnedObservation {
-    raw: RawId,
-    resource_version: Option<u64>,
-    /// The key (its namespace included) and the note.
-    key: KeyBuf,
-    count: u64,
-    first: DateTime<Utc>,
-    last: DateTime<Utc>,
-}
-
-impl OwnedObservation {
-    pub fn new(obs: &Observation<'_>) -> OwnedObservation {
-        OwnedObservation {
-            raw: obs.raw,
-            resource_version: obs.resource_version,
-            key: KeyBuf::new(&obs.key, obs.note),
-            count: obs.count,
-            first: obs.first,
-            last: obs.last,
-        }
-    }
-
-    /// Bytes it holds beside its own size: the key and note, with their allocation's counts.
-    pub fn heap_bytes(&self) -> usize {
-        self.key.packed().bytes().len() + 2 * std::mem::size_of::<usize>()
-    }
-
-    /// The observation again; its cuts were counted when it was first read.
-    pub fn view(&self) -> Observation<'_> {
-        let key = self.key.view();
-        Observation {
-            raw: self.raw,
-            resource_version: self.resource_version,
-            namespace: key.namespace,
-            key,
-            note: self.key.note(),
-            count: self.count,
-            first: self.first,
-            last: self.last,
-            truncated: false,
-        }
-    }
-
-    /// The order of replay: when the occurrences happened (see `restart::sort_for_replay`).
-    pub fn replay_order(&self) -> (DateTime<Utc>, DateTime<Utc>) {
-        (self.last, self.first)
-    }
 }
 
 /// Why a raw event could not be read. Such an event is skipped with a log line and a metric.
@@ -231,7 +178,7 @@ pub fn normalise(ev: &Event) -> Result<Observation<'_>, NormaliseError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::key::KeyId;
+    use crate::key::{KeyBuf, KeyId};
     use k8s_openapi::api::core::v1::{EventSeries, EventSource};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 
@@ -272,7 +219,7 @@ mod tests {
     }
 
     #[test]
-    fn an_owned_observation_reads_back_as_the_observation_it_was_made_from() {
+    fn a_buffered_observation_reads_back_as_the_observation_it_was_made_from() {
         let mut ev = legacy();
         ev.related = Some(ObjectReference {
             kind: Some("Node".into()),
@@ -282,13 +229,15 @@ mod tests {
         ev.action = Some("Pulling".into());
         ev.message = Some("ünïcode ✓".into());
         let obs = normalise(&ev).unwrap();
-        let owned = OwnedObservation::new(&obs);
-        assert_eq!(owned.view(), obs);
-        assert_eq!(owned.view().key.id(None), obs.key.id(None));
         // Without `related`, the key must not grow an empty one.
         let plain = legacy();
         let plain = normalise(&plain).unwrap();
-        assert_eq!(OwnedObservation::new(&plain).view(), plain);
+        let mut buffer = crate::key::ReplayBuffer::default();
+        buffer.push(&obs);
+        buffer.push(&plain);
+        let back: Vec<Observation<'_>> = buffer.iter().collect();
+        assert_eq!(back, [obs.clone(), plain]);
+        assert_eq!(back[0].key.id(None), obs.key.id(None));
     }
 
     #[test]
