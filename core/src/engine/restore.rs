@@ -33,34 +33,53 @@ use crate::settings::SlotIdx;
 use chrono::{DateTime, Utc};
 use std::collections::{HashMap, HashSet};
 
-/// What the stored series objects of one key say about its raw objects: each recorded source count
-/// was absorbed; and, when an object's sources were full (older ones pushed out), every raw state up
-/// to the highest watermark was too.
-#[derive(Default)]
-struct Evidence {
+/// What the stored series objects of one key say: the highest watermark among them, and whether
+/// one of them listed [`MAX_SOURCES`] sources (then a raw object missing from the sources may have
+/// been pushed out; otherwise one missing was not counted under this key: it may have been under
+/// another, before `includeNote` changed, and never written).
+#[derive(Clone, Copy, Default)]
+struct KeyEvidence {
     watermark: u64,
-    sources: HashMap<RawId, (u64, Option<DateTime<Utc>>)>,
-    /// An object listed [`MAX_SOURCES`]: a raw object missing from the sources may have been
-    /// pushed out. Otherwise one missing was not counted under this key (it may have been under
-    /// another, before `includeNote` changed, and never written).
     truncated: bool,
+}
+
+/// The highest count recorded for a raw object, and its latest occurrence.
+#[derive(Clone, Copy, Default)]
+struct Recorded {
+    count: u64,
+    last: Option<DateTime<Utc>>,
+}
+
+impl Recorded {
+    /// Keeps the higher count (the later record on a tie).
+    fn merge(&mut self, count: u64, last: Option<DateTime<Utc>>) {
+        if count >= self.count {
+            *self = Recorded { count, last };
+        }
+    }
+
+    /// What it says was counted from a raw object that now reports `count`.
+    fn baseline(&self, count: u64) -> (u64, Option<Micros>) {
+        (self.count.min(count), self.last.map(micros))
+    }
 }
 
 /// What the stored series objects say about one raw object, whatever key it was counted under.
 #[derive(Clone, Copy, Default)]
 struct RawEvidence {
-    /// The highest count recorded for it, and its latest occurrence.
-    count: u64,
-    last: Option<DateTime<Utc>>,
+    recorded: Recorded,
     /// The highest watermark of an object that lists it.
     watermark: u64,
 }
 
 /// The evidence of every key and raw object, kept from [`Engine::begin_recovery`] to
-/// [`Engine::end_recovery`].
+/// [`Engine::end_recovery`]. Flat tables, one entry per key and one per (key, raw object): a
+/// restore holds them for every stored series at once, on top of the series themselves, and a
+/// table per key cost a standby more than the series it restored.
 #[derive(Default)]
 pub(super) struct Recovery {
-    evidence: HashMap<KeyId, Evidence>,
+    keys: HashMap<KeyId, KeyEvidence>,
+    sources: HashMap<(KeyId, RawId), Recorded>,
     /// By the namespace of the object that vouches for the raw object: a claim in one namespace
     /// can never stand for another namespace's raw events (their ids are public, the claim's
     /// namespace is checked by `decode`).
@@ -75,20 +94,19 @@ impl Recovery {
     /// the more of what its key's objects and what the objects listing it say.
     pub fn baseline(&self, id: KeyId, obs: &Observation) -> (u64, Option<Micros>) {
         let full = (obs.count, Some(micros(obs.last)));
-        let by_key = match self.evidence.get(&id) {
-            None => (0, None),
-            Some(e) => match obs.resource_version {
-                Some(rv) if e.truncated && rv <= e.watermark => full,
-                _ => e.sources.get(&obs.raw).map_or((0, None), |(c, last)| {
-                    ((*c).min(obs.count), last.map(micros))
-                }),
-            },
+        let by_key = match (self.keys.get(&id), obs.resource_version) {
+            (None, _) => (0, None),
+            (Some(k), Some(rv)) if k.truncated && rv <= k.watermark => full,
+            (Some(_), _) => self
+                .sources
+                .get(&(id, obs.raw))
+                .map_or((0, None), |r| r.baseline(obs.count)),
         };
         let by_raw = match self.raws.get(obs.namespace).and_then(|r| r.get(&obs.raw)) {
             None => (0, None),
             Some(r) => match obs.resource_version {
                 Some(rv) if rv <= r.watermark => full,
-                _ => (r.count.min(obs.count), r.last.map(micros)),
+                _ => r.recorded.baseline(obs.count),
             },
         };
         if by_raw.0 > by_key.0 { by_raw } else { by_key }
@@ -96,23 +114,19 @@ impl Recovery {
 
     /// Keeps what a stored object says was counted, by key and by raw object.
     fn record(&mut self, p: &StoredSeries) {
-        let evidence = self.evidence.entry(p.id).or_default();
-        evidence.watermark = evidence.watermark.max(p.watermark);
-        evidence.truncated |= p.sources.len() >= MAX_SOURCES;
+        let key = self.keys.entry(p.id).or_default();
+        key.watermark = key.watermark.max(p.watermark);
+        key.truncated |= p.sources.len() >= MAX_SOURCES;
         let raws = match self.raws.get_mut(p.namespace.as_str()) {
             Some(raws) => raws,
             None => self.raws.entry(p.namespace.as_str().into()).or_default(),
         };
         for src in &p.sources {
-            let known = evidence.sources.entry(src.raw).or_insert((0, None));
-            if src.count >= known.0 {
-                *known = (src.count, src.last);
-            }
+            let known = self.sources.entry((p.id, src.raw)).or_default();
+            known.merge(src.count, src.last);
             let raw = raws.entry(src.raw).or_default();
             raw.watermark = raw.watermark.max(p.watermark);
-            if src.count >= raw.count {
-                (raw.count, raw.last) = (src.count, src.last);
-            }
+            raw.recorded.merge(src.count, src.last);
         }
     }
 }
