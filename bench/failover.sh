@@ -23,8 +23,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 HISTORY="${HISTORY:-900000}" SERIES="${SERIES:-100000}" RATE="${RATE:-5}"
 need_loader
-A_PID='' B_PID='' LOAD_PID=''
-trap 'kill "$LOAD_PID" 2>/dev/null || true; kill -9 "$A_PID" 2>/dev/null || true; stop_pid "$B_PID"; cluster_stop' EXIT
+A_PID='' B_PID='' LOAD_PID='' SAMPLER_PID=''
+trap 'kill "$LOAD_PID" "$SAMPLER_PID" 2>/dev/null || true; kill -9 "$A_PID" 2>/dev/null || true; stop_pid "$B_PID"; cluster_stop' EXIT
 
 # 10^6 events of about 1 KB each: etcd's default 2 GiB quota holds them, with room for compaction.
 # Compaction (etcd's own, and the API server's) every 2 hours, not every 5 minutes: one bare list of
@@ -90,8 +90,18 @@ series_writes() {
     awk '$1 ~ /^event_series_api_requests_total\{verb="(create|patch)",code="2/ { n += $2 } END { printf "%d\n", n }'
 }
 writes_before="$(series_writes)"
-kill -9 "$A_PID"
 t_kill="$(date +%s%N)"
+# The standby's RSS and peak (KiB) every 0.2 s from the kill: where in the restore the peak falls.
+timeline="$CLUSTER_DIR/standby-rss.tsv"
+(
+  while kill -0 "$B_PID" 2>/dev/null; do
+    printf '%s %s\n' "$((($(date +%s%N) - t_kill) / 1000000))" \
+      "$(awk '/^VmRSS:/ { r = $2 } /^VmHWM:/ { h = $2 } END { print r, h }' "/proc/$B_PID/status")"
+    sleep 0.2
+  done
+) >"$timeline" 2>/dev/null &
+SAMPLER_PID=$!
+kill -9 "$A_PID"
 A_PID=''
 ms() { echo $((($(date +%s%N) - t_kill) / 1000000)); }
 lease_ms='' restored_ms='' write_ms=''
@@ -104,6 +114,8 @@ while [ -z "$write_ms" ] || [ -z "$restored_ms" ]; do
   sleep 0.1
 done
 b_hwm="$(hwm_kib "$B_PID")"
+kill "$SAMPLER_PID" 2>/dev/null || true
+SAMPLER_PID=''
 ready=$([ "$(curl -s -o /dev/null -w '%{http_code}' "$B_HEALTH/readyz")" = 200 ] && echo true || echo false)
 log "after SIGKILL: Lease at $lease_ms ms, rebuilt at $restored_ms ms, first write at $write_ms ms; peak RSS $b_hwm KiB (steady $steady_rss)"
 phases="$(grep -m1 -F 'recovered; watching' "$CLUSTER_DIR/operator-b.log" | sed 's/\x1b\[[0-9;]*m//g' |
@@ -111,12 +123,16 @@ phases="$(grep -m1 -F 'recovered; watching' "$CLUSTER_DIR/operator-b.log" | sed 
 
 mkdir -p "$ROOT/bench/results/failover"
 out="$ROOT/bench/results/failover/$(date -u +%Y%m%dT%H%M%SZ).json"
+# When the peak was reached, and the RSS every second (ms after the kill, KiB).
+peak_at="$(awk -v hwm="$b_hwm" '$3 >= hwm { print $1; exit }' "$timeline")"
+rss_timeline="$(awk '$1 >= next_ms { printf "%s[%d,%d]", sep, $1, $2; sep = ","; next_ms = $1 + 1000 }' "$timeline")"
 jq -n --arg commit "$BENCH_COMMIT" --argjson machine "$machine" \
   --argjson history "$HISTORY" --argjson series "$SERIES" --arg flags "${FLAGS[*]}" \
   --argjson own_n "$own_n" --argjson own_ms "$own_ms" --argjson raw_n "$raw_n" --argjson raw_ms "$raw_ms" \
   --argjson lease "$lease_ms" --argjson restored "$restored_ms" --argjson write "$write_ms" \
   --argjson steady "$steady_rss" --argjson hwm_before "$b_hwm_before" --argjson hwm "$b_hwm" \
   --argjson ready "$ready" --argjson phases "$phases" \
+  --argjson peak_at "${peak_at:-null}" --argjson rss_timeline "[$rss_timeline]" \
   '{commit: $commit, machine: $machine, stored_raw_events: ($history + $series), series: $series,
     flags: $flags,
     bare_list_ms: {series_objects: $own_ms, raw_events: $raw_ms, both: ($own_ms + $raw_ms),
@@ -125,5 +141,5 @@ jq -n --arg commit "$BENCH_COMMIT" --argjson machine "$machine" \
     rebuild_over_bare_lists: (($restored - $lease) / ($own_ms + $raw_ms) * 1000 | round / 1000),
     rss_kib: {leader_steady: $steady, standby_peak_before: $hwm_before, standby_peak_after_restore: $hwm},
     peak_over_steady: ($hwm / $steady * 1000 | round / 1000), standby_ready_after: $ready,
-    restore_phases: $phases}' >"$out"
+    restore_phases: $phases, standby_peak_at_ms: $peak_at, standby_rss_timeline_ms_kib: $rss_timeline}' >"$out"
 echo "failover: $((HISTORY + SERIES)) raw events, $SERIES series: Lease $lease_ms ms, rebuilt $restored_ms ms, first write $write_ms ms after SIGKILL; bare lists $own_ms + $raw_ms ms; peak RSS $b_hwm KiB vs steady $steady_rss KiB ($out)"
