@@ -125,12 +125,7 @@ impl Store {
 
     /// Deletes the objects not written for `ttl`, as the API server does.
     fn expire(&mut self, now: DateTime<Utc>, ttl: TimeDelta) {
-        let gone: Vec<_> = (self.written.iter())
-            .filter(|(_, at)| **at + ttl <= now)
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in gone {
-            self.written.remove(&id);
+        for id in expired(&mut self.written, now, ttl) {
             if let Some(ev) = self.objects.remove(&id) {
                 self.expired.insert(id, ev);
             }
@@ -155,6 +150,22 @@ impl Store {
         }
         out
     }
+}
+
+/// Takes out of `written` (last write times) what was not written for `ttl`.
+fn expired<K: Clone + Ord>(
+    written: &mut BTreeMap<K, DateTime<Utc>>,
+    now: DateTime<Utc>,
+    ttl: TimeDelta,
+) -> Vec<K> {
+    let gone: Vec<K> = (written.iter())
+        .filter(|(_, at)| **at + ttl <= now)
+        .map(|(k, _)| k.clone())
+        .collect();
+    for k in &gone {
+        written.remove(k);
+    }
+    gone
 }
 
 /// Raw events as the API server holds them, with resourceVersions, fed to an engine.
@@ -317,12 +328,7 @@ impl Sim {
     fn expire(&mut self, ttl: TimeDelta) {
         let now = self.now;
         self.store.expire(now, ttl);
-        let gone: Vec<String> = (self.written.iter())
-            .filter(|(_, at)| **at + ttl <= now)
-            .map(|(at, _)| at.clone())
-            .collect();
-        for at in gone {
-            self.written.remove(&at);
+        for at in expired(&mut self.written, now, ttl) {
             self.deleted.insert(at.clone());
             if let Some(ev) = self.raws.remove(&at) {
                 let m = &ev.metadata;
