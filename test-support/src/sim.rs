@@ -14,7 +14,7 @@ use k8s_openapi::api::events::v1 as events;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use proptest::prelude::*;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The simulation's epoch: a fixed instant, so that runs are reproducible.
 pub fn t0() -> DateTime<Utc> {
@@ -191,7 +191,11 @@ pub struct Sim {
     written: BTreeMap<String, DateTime<Utc>>,
     /// Raw objects the event TTL deleted: one written again under the same name is a new object,
     /// with a new uid.
-    deleted: std::collections::BTreeSet<String>,
+    deleted: BTreeSet<String>,
+    /// Keys (their `eventseries.dev/key` label) of which a restart listed a raw object that
+    /// outlived every series object recording it: their counts may differ from an uninterrupted
+    /// run's (the known exception, see `engine::restore`).
+    pub outlived: BTreeSet<String>,
 }
 
 impl Sim {
@@ -214,7 +218,8 @@ impl Sim {
             restart_buffer: usize::MAX,
             event_ttl: None,
             written: BTreeMap::new(),
-            deleted: Default::default(),
+            deleted: BTreeSet::new(),
+            outlived: BTreeSet::new(),
         }
     }
 
@@ -359,11 +364,12 @@ impl Sim {
     pub fn restart(&mut self) {
         let mut engine = Engine::new(self.policies.clone(), self.config);
         engine.begin_recovery();
+        let check = object::Check {
+            now: self.now,
+            tolerance: chrono::TimeDelta::minutes(10),
+        };
+        self.note_outlived(check);
         for obj in self.store.objects.values() {
-            let check = object::Check {
-                now: self.now,
-                tolerance: chrono::TimeDelta::minutes(10),
-            };
             let p = object::decode(obj, check).expect("own objects pass the checks");
             engine.restore(self.now, p);
         }
@@ -380,6 +386,28 @@ impl Sim {
         restart.finish(&mut engine, self.rv, self.now, self.now);
         self.engine = engine;
         self.flush();
+    }
+
+    /// Notes the keys of raw objects about to be listed that only expired series objects record.
+    fn note_outlived(&mut self, check: object::Check) {
+        let recorded = |objects: &BTreeMap<(String, String), events::Event>| {
+            let mut by_raw = BTreeMap::new();
+            for obj in objects.values() {
+                let p = object::decode(obj, check).expect("own objects pass the checks");
+                let label = obj.metadata.labels.as_ref().unwrap()["eventseries.dev/key"].clone();
+                for src in p.sources {
+                    by_raw.insert(src.raw, label.clone());
+                }
+            }
+            by_raw
+        };
+        let (live, expired) = (recorded(&self.store.objects), recorded(&self.store.expired));
+        for ev in self.raws.values() {
+            let raw = key::normalise(ev).expect("valid raw event").raw;
+            if let (None, Some(label)) = (live.get(&raw), expired.get(&raw)) {
+                self.outlived.insert(label.clone());
+            }
+        }
     }
 
     /// Creates, heartbeats (early refreshes included) and finishes so far.

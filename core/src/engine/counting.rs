@@ -145,20 +145,7 @@ pub(super) struct Placement {
 /// Places `d.added` occurrences whose latest is at `t`: a new raw object's lie between its first
 /// occurrence and `t`, a known one's after the previous latest. When they are spread over more than
 /// the windows that separate them, all but the last were alone.
-///
-/// `unrecorded_before`, for a raw object first met in a list (a restart, a relist): the time before
-/// which no record of what was counted from it need still exist. A series object lives the event
-/// TTL after its finish, while a raw object lives on as long as it is rewritten; with a first
-/// occurrence before that time its earlier occurrences may already be in a series whose object has
-/// expired, so only the latest is placed (the others count as alone, as an uninterrupted run
-/// counted them at the latest), never twice.
-pub(super) fn place(
-    d: &Delta,
-    obs_first: Micros,
-    (t, window): (Micros, Micros),
-    unrecorded_before: Option<Micros>,
-) -> Placement {
-    let unrecorded = d.baseline == 0 && unrecorded_before.is_some_and(|b| obs_first < b);
+pub(super) fn place(d: &Delta, obs_first: Micros, t: Micros, window: Micros) -> Placement {
     let (first, start, gaps) = match d.baseline {
         0 => {
             let first = obs_first.min(t);
@@ -175,7 +162,7 @@ pub(super) fn place(
                     .is_some_and(|span| t.saturating_sub(start) > span)
         })
     });
-    if d.added >= 2 && (spread || unrecorded) {
+    if d.added >= 2 && spread {
         Placement {
             count: 1,
             lone: d.added - 1,

@@ -265,12 +265,7 @@ impl Engine {
             return;
         }
         let first = micros(obs.first).saturating_add(shift);
-        let listed = self.recovering() || self.relisting;
-        let retention = self.config.dormant_retention.num_microseconds();
-        let unrecorded = retention
-            .filter(|_| listed)
-            .map(|r| micros(now).saturating_sub(r));
-        let placed = counting::place(&d, first, (at.t, at.window), unrecorded);
+        let placed = counting::place(&d, first, at.t, at.window);
         if self.reopen(now, &at, obs, &placed, &settings) {
             self.stats.lone += placed.lone;
             return;

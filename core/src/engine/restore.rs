@@ -13,9 +13,10 @@
 //! that never stopped, provided every intent it made was written. Inexact cases: a raw object that fed
 //! a series after more than [`MAX_SOURCES`] others did and was updated after the series' last write; a
 //! key dormant longer than `dormant_retention`; a Finish that was never written (the next burst then
-//! joins the series it ended); a raw object that outlived the series object that counted it (its
-//! first occurrence older than `dormant_retention`, the event TTL: only its latest occurrence is
-//! placed, see `counting::place`, so its earlier ones count as alone rather than twice).
+//! joins the series it ended); a raw object that outlived the series object that counted it (a
+//! Finished object expires with the event TTL, a raw object lives on while it is rewritten: its
+//! earlier occurrences are placed again, as those of a loop that ran while no operator watched
+//! are, which a count and two timestamps cannot tell apart).
 //!
 //! Restoring is idempotent: an object restored twice (a list continued on an inconsistent token
 //! after its continue token expired may serve some objects again) is one series, and what it says
