@@ -262,6 +262,7 @@ mod tests {
             count,
             first: t0(),
             last: t0(),
+            written: None,
             truncated: false,
         }
     }

@@ -7,7 +7,7 @@
 //! occurrences, not as a series: the live engine saw each of them alone.
 
 use super::Stats;
-use super::storage::{Micros, micros};
+use super::storage::Micros;
 use super::tables::{Lru, Used};
 use crate::key::{Observation, RawId};
 
@@ -61,11 +61,16 @@ impl RawCounts {
         }
     }
 
-    /// How many occurrences `obs` adds. For a raw object not seen before, `baseline` says what was
-    /// already counted from it (the count and its latest occurrence), zero outside a restart.
+    /// How many occurrences `obs`, whose latest the engine timed at `t`, adds. For a raw object not
+    /// seen before, `baseline` says what was already counted from it (the count and its latest
+    /// occurrence), zero outside a restart. The latest is remembered as timed, as the series
+    /// objects record it: an emitter whose clock is beyond the tolerance has its occurrences moved
+    /// to their arrival, and its next ones are placed after that, whether this process or a
+    /// restart reading the series objects measures them.
     pub fn delta(
         &mut self,
         obs: &Observation,
+        t: Micros,
         baseline: impl FnOnce() -> (u64, Option<Micros>),
         stats: &mut Stats,
     ) -> Delta {
@@ -77,7 +82,7 @@ impl RawCounts {
                 since: Some(r.last),
             };
             r.count = r.count.max(obs.count);
-            r.last = r.last.max(micros(obs.last));
+            r.last = r.last.max(t);
             return delta;
         }
         let (baseline, since) = baseline();
@@ -88,7 +93,7 @@ impl RawCounts {
             obs.raw,
             RawState {
                 count: obs.count,
-                last: micros(obs.last),
+                last: t,
                 generation: self.generation,
                 used: 0,
             },

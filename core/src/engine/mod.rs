@@ -59,10 +59,12 @@
 //! [`EngineConfig::clock_tolerance`] of the operator's clock, and by its arrival otherwise. Gaps
 //! between occurrences of one key compare the emitter's timestamps (one key, one emitter, one
 //! clock); finishing, candidate expiry and staleness compare when occurrences were *seen* on the
-//! operator's clock, so an emitter minutes behind or ahead still gets its series.
+//! operator's clock, so an emitter minutes behind or ahead still gets its series. A listed
+//! occurrence was seen when the API server wrote it (`Observation::written`), as the watch saw it.
 
 mod budget;
 mod candidates;
+mod clocks;
 mod config;
 mod counting;
 mod lifecycle;
@@ -237,8 +239,13 @@ impl Engine {
         let (ns, slot_idx) = self.namespace(obs.namespace);
         let settings = self.policies.settings(slot_idx).clone();
         let id = self.key_of(ns, slot_idx, settings.include_note, obs);
-        let d = self.new_occurrences(ns, slot_idx, id, settings.include_note, obs);
+        // Compared as microseconds: this is the path of every occurrence.
+        let (t, seen, shift) = self.timing(now, obs);
+        let d = self.new_occurrences(ns, slot_idx, id, settings.include_note, obs, t);
         if d.added == 0 {
+            if self.recovering() {
+                self.listed_again(slot_idx, ns, id, t, seen);
+            }
             return;
         }
         self.stats.occurrences += d.added;
@@ -250,8 +257,6 @@ impl Engine {
             self.stats.dropped_filtered += d.added;
             return;
         }
-        // Compared as microseconds: this is the path of every occurrence.
-        let (t, seen, shift) = self.timing(now, obs.last);
         let window = settings.series_window.num_microseconds();
         let at = Landing {
             id,
@@ -307,6 +312,7 @@ impl Engine {
         id: KeyId,
         include_note: bool,
         obs: &Observation,
+        t: Micros,
     ) -> counting::Delta {
         let (recovery, slot) = (self.recovery.as_ref(), &self.slots[slot]);
         let baseline = || {
@@ -323,53 +329,7 @@ impl Engine {
                 restored
             }
         };
-        self.raw.delta(obs, baseline, &mut self.stats)
-    }
-
-    /// Whether an occurrence that extends no series came too late to start one: seen more than a
-    /// window before the lifecycle clock (or `now`, before the first tick).
-    fn is_stale(&self, now: DateTime<Utc>, at: &Landing) -> bool {
-        let reference = self.clock.map_or(micros(now), |c| c.min(micros(now)));
-        at.seen < reference.saturating_sub(at.window)
-    }
-
-    /// When an occurrence whose latest timestamp is `last`, arriving at `now`, happened (`t`, on
-    /// the emitter's clock) and was seen (on the operator's), and how far `t` was moved from `last`
-    /// (to move the first occurrence by as much).
-    ///
-    /// A watched occurrence is timed by its timestamp within the clock tolerance of `now`, by its
-    /// arrival beyond. It is seen at that time, but no earlier than the lifecycle clock (the input
-    /// was complete up to there, so a newer occurrence timed earlier comes from a clock that is
-    /// behind) and no later than `now`. A listed one (the replay of a restart, or a relist after
-    /// 410 Gone) happened when its timestamp says, unless that is beyond the tolerance in the
-    /// future: a list holds events of every age, and an old one is old, not skewed. (Timed by its
-    /// arrival, each raw event the engine had forgotten, 10^6 stored events against a raw-count
-    /// table of 262,144, would count its occurrences of hours ago as happening now: series that
-    /// never looped now, evicting the real ones.)
-    fn timing(&self, now: DateTime<Utc>, last: DateTime<Utc>) -> (Micros, Micros, Micros) {
-        let (now, last) = (micros(now), micros(last));
-        let tolerance = self
-            .config
-            .clock_tolerance
-            .num_microseconds()
-            .unwrap_or(i64::MAX)
-            .unsigned_abs();
-        let (t, seen) = if self.recovering() || self.relisting {
-            let t = if last > now && last.abs_diff(now) > tolerance {
-                now
-            } else {
-                last
-            };
-            (t, t.min(now))
-        } else {
-            let t = if last.abs_diff(now) <= tolerance {
-                last
-            } else {
-                now
-            };
-            (t, t.max(self.clock.unwrap_or(now)).min(now))
-        };
-        (t, seen, t.saturating_sub(last))
+        self.raw.delta(obs, t, baseline, &mut self.stats)
     }
 
     /// Records that every raw event up to resourceVersion `rv` has been observed (a watch event or a
@@ -520,6 +480,7 @@ pub(crate) mod tests {
             count,
             first: at,
             last: at,
+            written: None,
             truncated: false,
         }
     }

@@ -292,6 +292,26 @@ impl Engine {
         self.tick_with_input(now, input);
     }
 
+    /// A listed raw object that adds nothing to its restored series still says when its latest
+    /// occurrence was seen (the API server wrote it then, see `timing`): the series object records
+    /// only the emitter's time, which may be behind. The series is seen no earlier, as the process
+    /// that counted the occurrence saw it, so that it does not finish sooner than it would have.
+    pub(super) fn listed_again(
+        &mut self,
+        slot: SlotIdx,
+        ns: u32,
+        id: KeyId,
+        t: Micros,
+        seen: Micros,
+    ) {
+        if let Some(s) = self.slots[slot].series.peek_mut(ns, &id)
+            && s.restored.is_some()
+            && t >= s.tally.first
+        {
+            s.tally.seen = s.tally.seen.max(seen);
+        }
+    }
+
     pub(super) fn recovering(&self) -> bool {
         self.recovery.is_some()
     }

@@ -26,6 +26,10 @@ pub struct Observation<'a> {
     pub first: DateTime<Utc>,
     /// The latest occurrence the object reports.
     pub last: DateTime<Utc>,
+    /// When the API server last wrote the object, on its own clock (the latest `managedFields`
+    /// time, to the second): what a list says of when a watch would have delivered it, whatever
+    /// the emitter's clock says.
+    pub written: Option<DateTime<Utc>>,
     /// A string field was longer than its limit and was cut (see [`fields`]).
     pub truncated: bool,
 }
@@ -111,6 +115,8 @@ pub fn to_chrono(t: Timestamp) -> DateTime<Utc> {
 /// - count = `series.count` when the event has a series, else `count`; at least 1.
 /// - first = `eventTime`, else `firstTimestamp`, else `creationTimestamp`; last =
 ///   `series.lastObservedTime`, else `lastTimestamp`, else first. `last` is never before `first`.
+/// - written = the latest `managedFields[].time` (set by the API server on every write that changes
+///   a field), if any.
 pub fn normalise(ev: &Event) -> Result<Observation<'_>, NormaliseError> {
     let meta = &ev.metadata;
     let name = nonempty(&meta.name).ok_or(NormaliseError::MissingName)?;
@@ -159,6 +165,13 @@ pub fn normalise(ev: &Event) -> Result<Observation<'_>, NormaliseError> {
         (None, Some(l)) => (l, l),
         (None, None) => return Err(NormaliseError::NoTimestamp),
     };
+    let written = meta
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.time.as_ref())
+        .map(|t| to_chrono(t.0))
+        .max();
     Ok(Observation {
         raw: RawId::of(namespace, name, or_empty(&meta.uid)),
         resource_version: meta
@@ -171,6 +184,7 @@ pub fn normalise(ev: &Event) -> Result<Observation<'_>, NormaliseError> {
         count,
         first,
         last,
+        written,
         truncated: c.any(),
     })
 }

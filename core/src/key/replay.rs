@@ -23,6 +23,7 @@ struct Record {
     count: u64,
     first: DateTime<Utc>,
     last: DateTime<Utc>,
+    written: Option<DateTime<Utc>>,
     /// Its key and note in [`packed::encode`]'s format, within `keys`.
     key: Range<usize>,
 }
@@ -38,6 +39,7 @@ impl ReplayBuffer {
             count: obs.count,
             first: obs.first,
             last: obs.last,
+            written: obs.written,
             key: start..self.keys.len(),
         });
     }
@@ -56,10 +58,14 @@ impl ReplayBuffer {
         self.records.is_empty()
     }
 
-    /// Puts the observations in the order their occurrences happened: by their latest occurrence,
-    /// then their first; ties keep the order they were pushed in (a stable sort).
+    /// Puts the observations in the order a watch would have delivered them: by when the API
+    /// server last wrote them (else their latest occurrence), then their latest and first
+    /// occurrence; ties keep the order they were pushed in (a stable sort). (By the emitters'
+    /// timestamps alone, a write held up for seconds, or an emitter whose clock is behind, would
+    /// be replayed before occurrences the watch delivered first.)
     pub fn sort_for_replay(&mut self) {
-        self.records.sort_by_key(|r| (r.last, r.first));
+        self.records
+            .sort_by_key(|r| (r.written.unwrap_or(r.last), r.last, r.first));
     }
 
     /// The observations, in the buffer's order.
@@ -76,6 +82,7 @@ impl ReplayBuffer {
                 count: r.count,
                 first: r.first,
                 last: r.last,
+                written: r.written,
                 truncated: false,
             }
         })
@@ -87,13 +94,14 @@ mod tests {
     use super::*;
     use crate::key::normalise;
     use k8s_openapi::api::core::v1::{Event, ObjectReference};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta, Time};
+
+    fn at(s: i64) -> Time {
+        let t = DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap();
+        Time(k8s_openapi::jiff::Timestamp::new(t.timestamp(), 0).unwrap())
+    }
 
     fn event(name: &str, reason: &str, note: &str, last_secs: i64) -> Event {
-        let at = |s: i64| {
-            let t = DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap();
-            Time(k8s_openapi::jiff::Timestamp::new(t.timestamp(), 0).unwrap())
-        };
         Event {
             metadata: ObjectMeta {
                 name: Some(name.into()),
@@ -146,5 +154,31 @@ mod tests {
             );
         }
         assert_eq!(replayed.len(), 3);
+    }
+
+    /// A write held up for 40 s (or an emitter whose clock is behind) is replayed where the API
+    /// server wrote it, after an occurrence it wrote earlier, though its own timestamp is older.
+    #[test]
+    fn replays_in_the_order_the_api_server_wrote_the_objects() {
+        let written = |mut ev: Event, s: i64| {
+            ev.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
+                manager: Some("kubelet".into()),
+                operation: Some("Update".into()),
+                time: Some(at(s)),
+                ..Default::default()
+            }]);
+            ev
+        };
+        let events = [
+            written(event("late", "BackOff", "", 10), 50),
+            written(event("on-time", "BackOff", "", 30), 30),
+        ];
+        let read: Vec<Observation<'_>> = events.iter().map(|e| normalise(e).unwrap()).collect();
+        assert_eq!(read[0].written.map(|t| t.timestamp()), Some(1_800_000_050));
+        let mut buffer = ReplayBuffer::default();
+        read.iter().for_each(|o| buffer.push(o));
+        buffer.sort_for_replay();
+        let names: Vec<&str> = buffer.iter().map(|o| o.key.regarding.name).collect();
+        assert_eq!(names, ["pod-on-time", "pod-late"]);
     }
 }
