@@ -2,6 +2,7 @@
 //! (its series objects and the raw events) ends with the counts of one that never stopped.
 
 use chrono::TimeDelta;
+use event_series::intent::WriteKind;
 use event_series_test_support::sim::*;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -311,4 +312,41 @@ fn a_restart_times_a_listed_occurrence_of_a_skewed_emitter_as_the_watch_did() {
     );
     assert_eq!(steady, crashing.store.counts_by_key());
     assert_eq!(crashing.engine.stats().dropped_stale, 0);
+}
+
+/// client-go's `tools/record` keeps what it wrote in its cache: a loop of 50 (one series), quiet
+/// for longer than the 1 h event TTL (both objects deleted), then one more occurrence, which the
+/// recorder writes as a new object under the old name with count 51 and the old first time. The
+/// operator counts that one occurrence, not 51 (a second series of 51 counted the loop twice),
+/// with or without a restart after it.
+#[test]
+fn an_object_a_recorder_recreates_after_the_ttl_adds_only_its_new_occurrence() {
+    for restart in [false, true] {
+        let settings = event_series::config::settings::Settings::default();
+        let mut sim = Sim::with_event_ttl(settings, TimeDelta::hours(1), TimeDelta::minutes(10));
+        sim.recorder_cache = true;
+        sim.occur_n("ns", "web.burst", "web", "BackOff", false, 50);
+        sim.advance(TimeDelta::minutes(70), TimeDelta::seconds(10));
+        assert!(sim.store.objects.is_empty(), "the series object expired");
+        sim.occur("ns", "web.burst", "web", "BackOff", false);
+        if restart {
+            sim.restart();
+        }
+        sim.advance(TimeDelta::seconds(30), TimeDelta::seconds(10));
+        sim.occur("ns", "web.burst", "web", "BackOff", false);
+        sim.advance(TimeDelta::minutes(10), TimeDelta::seconds(10));
+        let writes: Vec<(u64, _)> = sim
+            .intents
+            .iter()
+            .filter(|i| i.kind != WriteKind::Heartbeat && i.kind != WriteKind::Refresh)
+            .map(|i| (i.series.count, i.series.first))
+            .collect();
+        let t0 = writes[0].1;
+        let again = t0 + TimeDelta::minutes(70);
+        assert_eq!(
+            writes,
+            [(50, t0), (50, t0), (2, again), (2, again)],
+            "create and finish of each loop, the second from its own start (restart: {restart})"
+        );
+    }
 }

@@ -263,6 +263,7 @@ mod tests {
             first: t0(),
             last: t0(),
             written: None,
+            created: None,
             truncated: false,
         }
     }

@@ -202,9 +202,13 @@ pub struct Sim {
     event_ttl: Option<TimeDelta>,
     /// When each raw object was last written, by `<namespace>/<name>`.
     written: BTreeMap<String, DateTime<Utc>>,
-    /// Raw objects the event TTL deleted: one written again under the same name is a new object,
-    /// with a new uid.
-    deleted: BTreeSet<String>,
+    /// Raw objects the event TTL deleted, as last written: one written again under the same name
+    /// is a new object, with a new uid.
+    deleted: BTreeMap<String, Event>,
+    /// The emitters remember what they wrote, as client-go's `tools/record` does in its cache: a
+    /// legacy raw object written again after the TTL deleted it is created anew (a new uid) with
+    /// the remembered count plus the new occurrences and the remembered first time.
+    pub recorder_cache: bool,
     /// Keys (their `eventseries.dev/key` label) of which a restart listed a raw object that
     /// outlived every series object recording it: their counts may differ from an uninterrupted
     /// run's (the known exception, see `engine::restore`).
@@ -231,7 +235,8 @@ impl Sim {
             restart_buffer: usize::MAX,
             event_ttl: None,
             written: BTreeMap::new(),
-            deleted: BTreeSet::new(),
+            deleted: BTreeMap::new(),
+            recorder_cache: false,
             outlived: BTreeSet::new(),
         }
     }
@@ -312,14 +317,20 @@ impl Sim {
             }
             None => {
                 let regarding = pod(ns, obj);
-                let mut ev = if new_style_event {
-                    new_style(ns, raw, regarding, reason, n, now, now)
-                } else {
-                    legacy(ns, raw, regarding, reason, n, now, now)
+                let mut ev = match self.deleted.get(&at) {
+                    Some(gone) if self.recorder_cache && gone.count.is_some() => {
+                        let mut ev = gone.clone();
+                        ev.count = Some(gone.count.unwrap() + n);
+                        ev.last_timestamp = Some(Time(jiff(now)));
+                        ev
+                    }
+                    _ if new_style_event => new_style(ns, raw, regarding, reason, n, now, now),
+                    _ => legacy(ns, raw, regarding, reason, n, now, now),
                 };
-                if self.deleted.contains(&at) {
+                if self.deleted.contains_key(&at) {
                     ev.metadata.uid = Some(format!("raw-{ns}-{raw}-{}", self.rv));
                 }
+                ev.metadata.creation_timestamp = Some(Time(jiff(self.now)));
                 self.raws.entry(at.clone()).or_insert(ev)
             }
         };
@@ -348,13 +359,13 @@ impl Sim {
         let now = self.now;
         self.store.expire(now, ttl);
         for at in expired(&mut self.written, now, ttl) {
-            self.deleted.insert(at.clone());
             if let Some(ev) = self.raws.remove(&at) {
                 let m = &ev.metadata;
                 let (ns, name) = (m.namespace.as_deref(), m.name.as_deref());
                 let uid = m.uid.as_deref().unwrap_or_default();
                 let raw = key::RawId::of(ns.unwrap_or_default(), name.unwrap_or_default(), uid);
                 self.engine.forget_raw(raw);
+                self.deleted.insert(at, ev);
             }
         }
         if (now - t0()).num_seconds() % 10 == 0 {

@@ -139,6 +139,58 @@ async fn emitters_with_clocks_minutes_off_get_one_series_each_with_exact_counts(
     ns.cleanup().await
 }
 
+/// An emitter 7 minutes behind (within the 10-minute tolerance), the operator killed and started
+/// again between its first and second occurrence: the restart's list sees the first when the API
+/// server wrote it (its managedFields time, seconds ago), as the watch did, not 7 minutes old, and
+/// the two make one series of 2. (Timed by the emitter's clock, the listed occurrence was stale:
+/// dropped, and no series.)
+#[tokio::test]
+async fn a_restart_between_two_occurrences_of_an_emitter_minutes_behind_keeps_their_series()
+-> Result<()> {
+    let admin = client().await?;
+    let ns = TestNamespace::new(&admin, "skewed_restart").await?;
+    let other = TestNamespace::new(&admin, "skewed_restart_other").await?;
+    let tenant = tenant_client(&admin, kubeconfig(), &ns.name, &other.name).await?;
+    let args = [
+        "--namespace",
+        ns.name.as_str(),
+        "--finish-after",
+        "20s",
+        "--series-window",
+        "20s",
+    ];
+    let mut op = OPERATOR.launch(kubeconfig(), &ns.name, &args)?;
+    let api: Api<CoreEvent> = Api::namespaced(tenant, &ns.name);
+    let behind = SignedDuration::from_mins(-7);
+    occur(&api, &ns.name, "behind.raw", "behind", 1, behind).await?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while op.metric("event_series_occurrences_total") < 1.0 {
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "the occurrence was never seen"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    op.kill9()?;
+    op = OPERATOR.launch(kubeconfig(), &ns.name, &args)?;
+    while op.metric("event_series_occurrences_total") < 1.0 {
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "the restart never listed it"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    occur(&api, &ns.name, "behind.raw", "behind", 2, behind).await?;
+    let objs = wait_for(&admin, &ns.name, "one Finished series of 2", |objs| {
+        objs.len() == 1 && state(&objs[0]) == "Finished" && count(&objs[0]) == 2
+    })
+    .await?;
+    ensure!(op.metric("event_series_dropped_total{reason=\"stale\"}") == 0.0);
+    drop((objs, op));
+    other.cleanup().await?;
+    ns.cleanup().await
+}
+
 fn policy(name: &str, ns: &str, include_note: bool) -> String {
     format!(
         "apiVersion: eventseries.dev/v1alpha1\nkind: EventSeriesPolicy\nmetadata:\n  name: {name}\n\

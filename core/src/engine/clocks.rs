@@ -23,15 +23,16 @@ impl Engine {
     /// was complete up to there, so a newer occurrence timed earlier comes from a clock that is
     /// behind) and no later than `now`.
     ///
-    /// A listed one (the replay of a restart, or a relist after 410 Gone) arrived when the API
-    /// server wrote it (`written`, its own clock, no later than `now`): it is timed and seen as the
-    /// watch would have timed and seen it then, so a restart agrees with the run it replaces when
-    /// an emitter's clock is minutes off or its write was held up. A list holds events of every
-    /// age, and an old one is old, not skewed: timed by the list's arrival, each raw event the
-    /// engine had forgotten (10^6 stored events against a raw-count table of 262,144) would count
-    /// occurrences of hours ago as happening now. Without a write time (an object without
-    /// `managedFields`) it happened when its timestamp says, unless that is beyond the tolerance in
-    /// the future.
+    /// A listed one (the replay of a restart, or a relist after 410 Gone) whose timestamp lies
+    /// within the tolerance of when the API server last wrote it (`written`, the server's clock, no
+    /// later than `now`) is timed by its timestamp and seen at that write, as the watch saw it
+    /// then: a restart agrees with the run it replaces when an emitter is minutes behind or its
+    /// write was held up. Any other listed one happened when its timestamp says, unless that is
+    /// beyond the tolerance in the future: a list holds events of every age, and an old one is old,
+    /// not skewed. (Timed by its arrival, each raw event the engine had forgotten, 10^6 stored
+    /// events against a raw-count table of 262,144, would count its occurrences of hours ago as
+    /// happening now: series that never looped now, evicting the real ones.) So an emitter more
+    /// than the tolerance behind, counted at its arrival while watched, is old to a list.
     pub(super) fn timing(&self, now: DateTime<Utc>, obs: &Observation) -> (Micros, Micros, Micros) {
         let (now, last) = (micros(now), micros(obs.last));
         let tolerance = self
@@ -40,20 +41,11 @@ impl Engine {
             .num_microseconds()
             .unwrap_or(i64::MAX)
             .unsigned_abs();
-        let within = |arrival: Micros| {
-            if last.abs_diff(arrival) <= tolerance {
-                last
-            } else {
-                arrival
-            }
-        };
         let listed = self.recovering() || self.relisting;
-        let (t, seen) = match obs.written.map(micros) {
-            Some(written) if listed => {
-                let arrival = written.min(now);
-                (within(arrival), arrival)
-            }
-            None if listed => {
+        let written = obs.written.map(|w| micros(w).min(now));
+        let (t, seen) = match written {
+            Some(arrival) if listed && last.abs_diff(arrival) <= tolerance => (last, arrival),
+            _ if listed => {
                 let t = if last > now && last.abs_diff(now) > tolerance {
                     now
                 } else {
@@ -62,7 +54,11 @@ impl Engine {
                 (t, t.min(now))
             }
             _ => {
-                let t = within(now);
+                let t = if last.abs_diff(now) <= tolerance {
+                    last
+                } else {
+                    now
+                };
                 (t, t.max(self.clock.unwrap_or(now)).min(now))
             }
         };

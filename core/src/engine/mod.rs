@@ -305,6 +305,12 @@ impl Engine {
     /// remember (new, forgotten by the bounded table, or first read after a restart) is measured
     /// against what was already counted from it: under its key, under the key it had before
     /// `includeNote` was switched, or in the series objects a restart read.
+    ///
+    /// Without any such record, an object created long after its first occurrence (by at least
+    /// the event TTL, `dormant_retention`, and the clock tolerance) was recreated by a recorder
+    /// that remembers what it wrote: client-go's `tools/record` writes an object the TTL deleted
+    /// anew under the same name, with its remembered count and first time plus one occurrence.
+    /// The rest were its predecessor's (counted then, or before this operator ran): it adds one.
     fn new_occurrences(
         &mut self,
         ns: u32,
@@ -315,6 +321,10 @@ impl Engine {
         t: Micros,
     ) -> counting::Delta {
         let (recovery, slot) = (self.recovery.as_ref(), &self.slots[slot]);
+        let inherits = self
+            .config
+            .dormant_retention
+            .max(self.config.clock_tolerance);
         let baseline = || {
             let other = obs.key.id((!include_note).then_some(obs.note));
             let restored = recovery.map_or((0, None), |r| r.baseline(id, obs));
@@ -323,10 +333,16 @@ impl Engine {
                 .filter_map(|k| slot.recorded(ns, k, obs.raw))
                 .max()
                 .map_or((0, None), |(c, last)| (c.min(obs.count), Some(last)));
-            if noted.0 > restored.0 {
+            let known = if noted.0 > restored.0 {
                 noted
             } else {
                 restored
+            };
+            match obs.created {
+                Some(created) if known.0 == 0 && created - obs.first >= inherits => {
+                    (obs.count.saturating_sub(1), None)
+                }
+                _ => known,
             }
         };
         self.raw.delta(obs, t, baseline, &mut self.stats)
@@ -481,6 +497,7 @@ pub(crate) mod tests {
             first: at,
             last: at,
             written: None,
+            created: None,
             truncated: false,
         }
     }

@@ -30,6 +30,8 @@ pub struct Observation<'a> {
     /// time, to the second): what a list says of when a watch would have delivered it, whatever
     /// the emitter's clock says.
     pub written: Option<DateTime<Utc>>,
+    /// When the API server created the object (`creationTimestamp`, its clock, to the second).
+    pub created: Option<DateTime<Utc>>,
     /// A string field was longer than its limit and was cut (see [`fields`]).
     pub truncated: bool,
 }
@@ -185,6 +187,7 @@ pub fn normalise(ev: &Event) -> Result<Observation<'_>, NormaliseError> {
         first,
         last,
         written,
+        created: meta.creation_timestamp.as_ref().map(|t| to_chrono(t.0)),
         truncated: c.any(),
     })
 }

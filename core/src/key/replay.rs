@@ -23,9 +23,24 @@ struct Record {
     count: u64,
     first: DateTime<Utc>,
     last: DateTime<Utc>,
-    written: Option<DateTime<Utc>>,
+    /// `written` and `created` in seconds (the API's precision; [`NONE`] for none).
+    written: i64,
+    created: i64,
     /// Its key and note in [`packed::encode`]'s format, within `keys`.
     key: Range<usize>,
+}
+
+/// No time, in a record's seconds.
+const NONE: i64 = i64::MIN;
+
+fn secs(t: Option<DateTime<Utc>>) -> i64 {
+    t.map_or(NONE, |t| t.timestamp())
+}
+
+fn time(secs: i64) -> Option<DateTime<Utc>> {
+    (secs != NONE)
+        .then(|| DateTime::from_timestamp(secs, 0))
+        .flatten()
 }
 
 impl ReplayBuffer {
@@ -39,7 +54,8 @@ impl ReplayBuffer {
             count: obs.count,
             first: obs.first,
             last: obs.last,
-            written: obs.written,
+            written: secs(obs.written),
+            created: secs(obs.created),
             key: start..self.keys.len(),
         });
     }
@@ -65,7 +81,7 @@ impl ReplayBuffer {
     /// be replayed before occurrences the watch delivered first.)
     pub fn sort_for_replay(&mut self) {
         self.records
-            .sort_by_key(|r| (r.written.unwrap_or(r.last), r.last, r.first));
+            .sort_by_key(|r| (time(r.written).unwrap_or(r.last), r.last, r.first));
     }
 
     /// The observations, in the buffer's order.
@@ -82,7 +98,8 @@ impl ReplayBuffer {
                 count: r.count,
                 first: r.first,
                 last: r.last,
-                written: r.written,
+                written: time(r.written),
+                created: time(r.created),
                 truncated: false,
             }
         })
