@@ -472,9 +472,10 @@ mod tests {
     }
 
     /// The create intent of a distinct series (one per pod), as the engine makes it, then given
-    /// `kind` and `count`.
+    /// `kind` and `count`. At a fixed time: the series' name (its target) follows its start, and
+    /// intents made on either side of a second's edge would belong to two series.
     fn intent(pod: &str, kind: WriteKind, count: u64) -> Intent {
-        let now = chrono::Utc::now();
+        let now = chrono::DateTime::from_timestamp(1_750_000_000, 0).unwrap();
         let raw: k8s_openapi::api::core::v1::Event = serde_json::from_value(serde_json::json!({
             "metadata": {"name": format!("{pod}.1"), "namespace": "ns", "uid": pod},
             "involvedObject": {"kind": "Pod", "name": pod, "namespace": "ns"},
