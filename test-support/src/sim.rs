@@ -12,7 +12,7 @@ use event_series::{object, restart};
 use k8s_openapi::api::core::v1::{Event, EventSeries, ObjectReference};
 use k8s_openapi::api::events::v1 as events;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    ManagedFieldsEntry, MicroTime, ObjectMeta, Time,
+    FieldsV1, ManagedFieldsEntry, MicroTime, ObjectMeta, Time,
 };
 use k8s_openapi::jiff::Timestamp;
 use proptest::prelude::*;
@@ -104,10 +104,13 @@ pub fn fast_settings() -> Settings {
 /// The `managedFields` entry the API server sets on a write at `now` (its clock, to the second).
 fn written_by(meta: &ObjectMeta, now: DateTime<Utc>) -> ManagedFieldsEntry {
     let manager = meta.name.as_deref().map_or("recorder", |_| "kubelet");
+    let fields = serde_json::json!({"f:count": {}, "f:lastTimestamp": {}, "f:series": {}});
     ManagedFieldsEntry {
         manager: Some(manager.into()),
         operation: Some("Update".into()),
         time: Some(Time(Timestamp::new(now.timestamp(), 0).unwrap())),
+        fields_type: Some("FieldsV1".into()),
+        fields_v1: Some(FieldsV1(fields)),
         ..Default::default()
     }
 }

@@ -36,15 +36,6 @@ impl Engine {
                 c.add(obs.raw, obs.count, p.count, t, at.seen);
                 c.count
             }
-            Some(c) if t < c.first.saturating_sub(window) && p.count < 2 => {
-                // One occurrence written late, from before the candidate's run: alone, and the run
-                // goes on (were it the candidate, the run's next occurrence would be alone instead,
-                // and a restart, which replays in the order the API server wrote, would disagree).
-                // Two or more are a series of their own, as below.
-                record(&mut c.sources, obs.raw, obs.count, t);
-                self.stats.lone += p.count;
-                c.count
-            }
             Some(c) => {
                 // A new run of a key whose earlier occurrences were alone; the sources stay.
                 self.stats.lone += c.count;

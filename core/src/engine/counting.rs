@@ -93,7 +93,9 @@ impl RawCounts {
             obs.raw,
             RawState {
                 count: obs.count,
-                last: t,
+                // What was counted before (a restored source) was timed then: a raw object of an
+                // emitter beyond the tolerance, listed with nothing new, keeps that later time.
+                last: since.map_or(t, |s| s.max(t)),
                 generation: self.generation,
                 used: 0,
             },

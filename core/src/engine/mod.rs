@@ -306,11 +306,13 @@ impl Engine {
     /// against what was already counted from it: under its key, under the key it had before
     /// `includeNote` was switched, or in the series objects a restart read.
     ///
-    /// Without any such record, an object created long after its first occurrence (by at least
-    /// the event TTL, `dormant_retention`, and the clock tolerance) was recreated by a recorder
-    /// that remembers what it wrote: client-go's `tools/record` writes an object the TTL deleted
-    /// anew under the same name, with its remembered count and first time plus one occurrence.
-    /// The rest were its predecessor's (counted then, or before this operator ran): it adds one.
+    /// Without any such record, a legacy object created long after its first occurrence (by at
+    /// least the event TTL, `dormant_retention`, and the clock tolerance) was recreated by a
+    /// recorder that remembers what it wrote: client-go's `tools/record` writes an object the TTL
+    /// deleted anew under the same name, with its remembered count and first time plus one
+    /// occurrence. The rest were its predecessor's (counted then, or before this operator ran): it
+    /// adds one. (Where the recreating write carried more, a recorder having dropped writes, or a
+    /// restart lists it only after later ones, those are counted as one.)
     fn new_occurrences(
         &mut self,
         ns: u32,

@@ -5,6 +5,7 @@ use super::fields::{self, CONTROLLER_LIMIT, LENGTH_LIMIT, NOTE_LIMIT, reference}
 use super::{KeyRef, ObjectRef, RawId, SeriesKey};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Event, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use k8s_openapi::jiff::Timestamp;
 use std::cell::Cell;
 
@@ -26,11 +27,14 @@ pub struct Observation<'a> {
     pub first: DateTime<Utc>,
     /// The latest occurrence the object reports.
     pub last: DateTime<Utc>,
-    /// When the API server last wrote the object, on its own clock (the latest `managedFields`
-    /// time, to the second): what a list says of when a watch would have delivered it, whatever
-    /// the emitter's clock says.
+    /// When the API server last wrote an occurrence into the object, on its own clock (the latest
+    /// time of the `managedFields` entries that own `count`, `lastTimestamp`, `series` or
+    /// `eventTime`, to the second): what a list says of when a watch would have delivered it,
+    /// whatever the emitter's clock says. A write of labels or annotations does not move it.
     pub written: Option<DateTime<Utc>>,
-    /// When the API server created the object (`creationTimestamp`, its clock, to the second).
+    /// When the API server created a legacy object (`creationTimestamp`, its clock; `None` for a
+    /// new-style one): with `first`, it tells an object that client-go's `tools/record` created
+    /// again after the event TTL deleted it (see the engine's `new_occurrences`).
     pub created: Option<DateTime<Utc>>,
     /// A string field was longer than its limit and was cut (see [`fields`]).
     pub truncated: bool,
@@ -108,6 +112,14 @@ pub fn to_chrono(t: Timestamp) -> DateTime<Utc> {
     DateTime::from_timestamp(t.as_second(), t.subsec_nanosecond().max(0) as u32).unwrap_or_default()
 }
 
+/// Whether a `managedFields` entry owns a field that an occurrence writes.
+fn owns_occurrences(m: &ManagedFieldsEntry) -> bool {
+    const FIELDS: [&str; 4] = ["f:count", "f:lastTimestamp", "f:series", "f:eventTime"];
+    m.fields_v1
+        .as_ref()
+        .is_some_and(|f| FIELDS.iter().any(|k| f.0.get(k).is_some()))
+}
+
 /// Reads a raw core/v1 Event (SPEC "Grouping" and "Input").
 ///
 /// - every string is cut to its limit ([`fields`]) here, before anything is stored: the note to 1,024
@@ -118,7 +130,8 @@ pub fn to_chrono(t: Timestamp) -> DateTime<Utc> {
 /// - first = `eventTime`, else `firstTimestamp`, else `creationTimestamp`; last =
 ///   `series.lastObservedTime`, else `lastTimestamp`, else first. `last` is never before `first`.
 /// - written = the latest `managedFields[].time` (set by the API server on every write that changes
-///   a field), if any.
+///   a field) of an entry owning an occurrence's fields, if any; created = `creationTimestamp` of a
+///   legacy event.
 pub fn normalise(ev: &Event) -> Result<Observation<'_>, NormaliseError> {
     let meta = &ev.metadata;
     let name = nonempty(&meta.name).ok_or(NormaliseError::MissingName)?;
@@ -171,9 +184,11 @@ pub fn normalise(ev: &Event) -> Result<Observation<'_>, NormaliseError> {
         .managed_fields
         .iter()
         .flatten()
+        .filter(|m| owns_occurrences(m))
         .filter_map(|m| m.time.as_ref())
         .map(|t| to_chrono(t.0))
         .max();
+    let legacy = ev.series.is_none() && ev.event_time.is_none();
     Ok(Observation {
         raw: RawId::of(namespace, name, or_empty(&meta.uid)),
         resource_version: meta
@@ -187,7 +202,11 @@ pub fn normalise(ev: &Event) -> Result<Observation<'_>, NormaliseError> {
         first,
         last,
         written,
-        created: meta.creation_timestamp.as_ref().map(|t| to_chrono(t.0)),
+        created: meta
+            .creation_timestamp
+            .as_ref()
+            .filter(|_| legacy)
+            .map(|t| to_chrono(t.0)),
         truncated: c.any(),
     })
 }

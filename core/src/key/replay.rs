@@ -111,7 +111,10 @@ mod tests {
     use super::*;
     use crate::key::normalise;
     use k8s_openapi::api::core::v1::{Event, ObjectReference};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta, Time};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+        FieldsV1, ManagedFieldsEntry, ObjectMeta, Time,
+    };
+    use k8s_openapi::serde_json;
 
     fn at(s: i64) -> Time {
         let t = DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap();
@@ -177,19 +180,22 @@ mod tests {
     /// server wrote it, after an occurrence it wrote earlier, though its own timestamp is older.
     #[test]
     fn replays_in_the_order_the_api_server_wrote_the_objects() {
-        let written = |mut ev: Event, s: i64| {
-            ev.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
-                manager: Some("kubelet".into()),
-                operation: Some("Update".into()),
-                time: Some(at(s)),
-                ..Default::default()
-            }]);
-            ev
+        let entry = |manager: &str, field: &str, s: i64| ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            operation: Some("Update".into()),
+            time: Some(at(s)),
+            fields_v1: Some(FieldsV1(serde_json::json!({ field: {} }))),
+            ..Default::default()
         };
-        let events = [
-            written(event("late", "BackOff", "", 10), 50),
-            written(event("on-time", "BackOff", "", 30), 30),
-        ];
+        let mut late = event("late", "BackOff", "", 10);
+        late.metadata.managed_fields = Some(vec![entry("kubelet", "f:count", 50)]);
+        // Labelled by someone else at 100 s: no occurrence, and no move in the replay.
+        let mut on_time = event("on-time", "BackOff", "", 30);
+        on_time.metadata.managed_fields = Some(vec![
+            entry("kubelet", "f:lastTimestamp", 30),
+            entry("kubectl-label", "f:metadata", 100),
+        ]);
+        let events = [late, on_time];
         let read: Vec<Observation<'_>> = events.iter().map(|e| normalise(e).unwrap()).collect();
         assert_eq!(read[0].written.map(|t| t.timestamp()), Some(1_800_000_050));
         let mut buffer = ReplayBuffer::default();
