@@ -235,7 +235,7 @@ def bookmarks(d):
     """`just bench-bookmarks`: what forced watch reconnects re-send, with and without bookmarks."""
     rows = [["off (default for events)" if x["watch_cache"] == "off" else x["watch_cache"], x["bookmarks"],
              n(x["watch_restarts"]), "**{}**".format(n(x["bookmarks_received"])), n(x["relists"]),
-             "**{}**".format(n(x["objects_relisted"]))] for x in d["result"]]
+             "**{}**".format(n(x["raw_events_resent"]))] for x in d["result"]]
     return table(["apiserver watch cache", "bookmarks asked", "watch reconnects", "bookmarks received",
                   "relists (410 Gone)", "raw events re-sent"], rows)
 
