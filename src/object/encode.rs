@@ -37,6 +37,68 @@ fn micro(t: DateTime<Utc>) -> MicroTime {
 pub fn to_event(s: &Snapshot) -> Event {
     let key = s.key.view();
     let mapped = key.mapped();
+    Event {
+        metadata: metadata(s),
+        event_time: Some(micro(s.first)),
+        series: Some(series(s)),
+        regarding: Some(object_reference(&key.regarding)),
+        related: key.related.as_ref().map(object_reference),
+        action: Some(mapped.action.to_owned()),
+        reason: Some(mapped.reason.to_owned()),
+        note: Some(note(s.key.note()).to_owned()),
+        type_: Some(mapped.type_.to_owned()),
+        reporting_instance: Some(mapped.reporting_instance().to_owned()),
+        reporting_controller: Some(mapped.reporting_controller.into_owned()),
+        ..Default::default()
+    }
+}
+
+/// The JSON patch (RFC 6902) that writes a snapshot into its existing object.
+///
+/// It changes only labels, annotations and `series`: events.k8s.io/v1 refuses, with 422 "field is
+/// immutable", an update that changes any other field (note, eventTime, regarding, ...), and what
+/// the engine holds of them may differ from what the object was created with (a series reopened by
+/// an occurrence written late carries that occurrence's note). The object keeps the values it was
+/// created with.
+///
+/// It first tests that the object is the series' own (the managed-by and key labels, which the
+/// admission policy lets no one else set), so that an Event someone created at the name after the
+/// series object was deleted is refused (422), never written into.
+pub fn to_update(s: &Snapshot) -> json_patch::Patch {
+    use json_patch::jsonptr::PointerBuf;
+    use json_patch::{AddOperation, PatchOperation, TestOperation};
+    let meta = metadata(s);
+    let at = |tokens: &[&str]| PointerBuf::from_tokens(tokens.iter().copied());
+    let mut ops = Vec::new();
+    for label in [MANAGED_BY_LABEL, KEY_LABEL] {
+        if let Some(value) = meta.labels.as_ref().and_then(|l| l.get(label)) {
+            ops.push(PatchOperation::Test(TestOperation {
+                path: at(&["metadata", "labels", label]),
+                value: value.as_str().into(),
+            }));
+        }
+    }
+    let fields = [("labels", &meta.labels), ("annotations", &meta.annotations)];
+    for (field, map) in fields {
+        for (name, value) in map.iter().flatten() {
+            ops.push(PatchOperation::Add(AddOperation {
+                path: at(&["metadata", field, name]),
+                value: value.as_str().into(),
+            }));
+        }
+    }
+    let series = series(s);
+    ops.push(PatchOperation::Add(AddOperation {
+        path: at(&["series"]),
+        value: serde_json::json!({
+            "count": series.count,
+            "lastObservedTime": series.last_observed_time,
+        }),
+    }));
+    json_patch::Patch(ops)
+}
+
+fn metadata(s: &Snapshot) -> ObjectMeta {
     let labels = BTreeMap::from([
         (MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned()),
         (STATE_LABEL.to_owned(), s.state.as_str().to_owned()),
@@ -52,27 +114,18 @@ pub fn to_event(s: &Snapshot) -> Event {
                 .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
         ),
     ]);
-    Event {
-        metadata: ObjectMeta {
-            name: Some(name_of(s)),
-            namespace: Some(key.namespace.to_owned()),
-            labels: Some(labels),
-            annotations: Some(annotations),
-            ..Default::default()
-        },
-        event_time: Some(micro(s.first)),
-        series: Some(EventSeries {
-            count: i32::try_from(s.count).unwrap_or(i32::MAX).max(2),
-            last_observed_time: micro(s.last.max(s.first)),
-        }),
-        regarding: Some(object_reference(&key.regarding)),
-        related: key.related.as_ref().map(object_reference),
-        action: Some(mapped.action.to_owned()),
-        reason: Some(mapped.reason.to_owned()),
-        note: Some(note(s.key.note()).to_owned()),
-        type_: Some(mapped.type_.to_owned()),
-        reporting_instance: Some(mapped.reporting_instance().to_owned()),
-        reporting_controller: Some(mapped.reporting_controller.into_owned()),
+    ObjectMeta {
+        name: Some(name_of(s)),
+        namespace: Some(s.key.view().namespace.to_owned()),
+        labels: Some(labels),
+        annotations: Some(annotations),
         ..Default::default()
+    }
+}
+
+fn series(s: &Snapshot) -> EventSeries {
+    EventSeries {
+        count: i32::try_from(s.count).unwrap_or(i32::MAX).max(2),
+        last_observed_time: micro(s.last.max(s.first)),
     }
 }

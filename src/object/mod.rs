@@ -18,7 +18,7 @@ pub mod decode;
 pub mod encode;
 
 pub use decode::{Check, DecodeError, decode};
-pub use encode::to_event;
+pub use encode::{to_event, to_update};
 
 use crate::intent::{Snapshot, Source};
 use crate::key::fields::dns_subdomain;

@@ -28,7 +28,7 @@ use crate::intent::Intent;
 use crate::leader::WriteFence;
 use crate::leader::elector::Fence;
 use crate::metrics::Metrics;
-use crate::object::{self, to_event};
+use crate::object::{self, to_event, to_update};
 use futures::stream::{FuturesUnordered, StreamExt};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use k8s_openapi::api::events::v1::Event;
@@ -243,6 +243,9 @@ impl Writer {
         let name = object::variant_name(&job.target.name, job.variant);
         let mut object = to_event(&job.intent.series);
         object.metadata.name = Some(name.clone());
+        // A create carries the whole object; a patch only what an update may change, and only
+        // into the series' own object.
+        let update = (job.verb == Verb::Patch).then(|| to_update(&job.intent.series));
         let (limiter, fence) = (self.limiter.clone(), self.fence.clone());
         async move {
             let request = async {
@@ -257,9 +260,13 @@ impl Writer {
                         201,
                     ),
                     Verb::Patch => Answer::of(
-                        api.patch(&name, &PatchParams::default(), &Patch::Merge(&object))
-                            .await
-                            .map(drop),
+                        api.patch(
+                            &name,
+                            &PatchParams::default(),
+                            &Patch::<()>::Json(update.unwrap_or_default()),
+                        )
+                        .await
+                        .map(drop),
                         200,
                     ),
                     Verb::Verify => match api.get(&name).await {

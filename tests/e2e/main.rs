@@ -17,6 +17,7 @@ mod ports;
 mod reading;
 mod secure_metrics;
 mod slow;
+mod updates;
 mod watch;
 
 use event_series_test_support::process::Launcher;
