@@ -10,7 +10,9 @@ use chrono::{DateTime, TimeDelta, Utc};
 use event_series::engine::Engine;
 use event_series::intent::{SeriesState, Snapshot, WriteKind};
 use event_series::key;
-use event_series::object::{self, Check, DecodeError, FORMAT, decode, is_own_object, to_event};
+use event_series::object::{
+    self, Check, DecodeError, FORMAT, decode, is_own_object, to_event, to_update,
+};
 use event_series_test_support::sim::{legacy, pod};
 use k8s_openapi::api::events::v1::Event;
 use std::path::PathBuf;
@@ -32,16 +34,25 @@ fn read(name: &str) -> Event {
 
 /// The series of a loop of 5 occurrences, as the engine makes it: fixed times, fixed names.
 fn snapshot() -> Snapshot {
+    snapshot_of(5, None)
+}
+
+/// The series of a loop of `count` occurrences whose raw event says `message` (its reason's
+/// message without one).
+fn snapshot_of(count: i32, message: Option<&str>) -> Snapshot {
     let mut engine = Engine::with_settings(event_series::config::Settings::default());
-    let raw = legacy(
+    let mut raw = legacy(
         "team-a",
         "web-0.raw",
         pod("team-a", "web-0"),
         "BackOff",
-        5,
+        count,
         at(),
         at() + TimeDelta::seconds(40),
     );
+    if let Some(message) = message {
+        raw.message = Some(message.to_owned());
+    }
     engine.observe(
         at() + TimeDelta::seconds(40),
         &key::normalise(&raw).expect("readable"),
@@ -119,5 +130,37 @@ fn a_newer_format_is_refused_and_never_overwritten() {
     assert!(
         !is_own_object(&newer, &expected),
         "a newer object would be overwritten"
+    );
+}
+
+/// An update of an existing series object, applied to the object as created, gives the object of
+/// the newer state, except for the fields events.k8s.io/v1 keeps immutable (the note here, from an
+/// occurrence with a message of its own), which stay as created; and it applies only to the
+/// series' own object (its labels tested first).
+#[test]
+fn an_update_changes_what_an_update_may_and_only_in_the_series_own_object() {
+    let created = snapshot_of(5, Some("first message"));
+    let mut newer = snapshot_of(9, Some("a later message"));
+    newer.state = SeriesState::Finished;
+    newer.written_at = at() + TimeDelta::minutes(7);
+    let as_created = serde_json::to_value(to_event(&created)).expect("serialises");
+    let mut doc = as_created.clone();
+    json_patch::patch(&mut doc, &to_update(&newer)).expect("applies to the series' own object");
+    let mut expected = as_created.clone();
+    let whole = serde_json::to_value(to_event(&newer)).expect("serialises");
+    expected["metadata"] = whole["metadata"].clone();
+    expected["series"] = whole["series"].clone();
+    assert_eq!(doc, expected);
+    assert_eq!(doc["note"], "first message");
+    assert_eq!(doc["series"]["count"], 9);
+
+    let mut copy = as_created;
+    if let Some(meta) = copy["metadata"].as_object_mut() {
+        meta.remove("labels");
+        meta.remove("annotations");
+    }
+    assert!(
+        json_patch::patch(&mut copy, &to_update(&newer)).is_err(),
+        "an object without the series' labels is not written into"
     );
 }
