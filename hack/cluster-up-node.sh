@@ -154,7 +154,7 @@ EOF
 envtest_start containerd "$DIR/containerd.log" "$(command -v containerd)" --config="$N/containerd.toml"
 for _ in $(seq 100); do
   ctr --address "$NODE_SOCK" version >/dev/null 2>&1 && break
-  envtest_alive containerd || fail "containerd exited" "$DIR/containerd.log"
+  if envtest_exited containerd; then fail "containerd exited" "$DIR/containerd.log"; fi
   sleep 0.2
 done
 ctr --address "$NODE_SOCK" version >/dev/null 2>&1 || fail "containerd did not answer on $NODE_SOCK" "$DIR/containerd.log"
@@ -245,7 +245,7 @@ K=("$BIN/kubectl" --kubeconfig "$DIR/kubeconfig")
 deadline=$((SECONDS + ${NODE_UP_TIMEOUT:-120}))
 until [ "$("${K[@]}" get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]; do
   for c in containerd scheduler controller-manager kube-proxy kubelet; do
-    envtest_alive "$c" || fail "$c exited" "$DIR/$c.log"
+    if envtest_exited "$c"; then fail "$c exited" "$DIR/$c.log"; fi
   done
   [ "$SECONDS" -lt "$deadline" ] || fail "node $NODE_NAME not Ready after ${NODE_UP_TIMEOUT:-120}s" "$DIR/kubelet.log"
   sleep 0.5

@@ -124,11 +124,11 @@ for attempt in 1 2 3; do
       etcd_ok=1
       break
     fi
-    envtest_alive etcd || break
+    if envtest_exited etcd; then break; fi
     sleep 0.2
   done
   if [ "$etcd_ok" != 1 ]; then
-    if ! envtest_alive etcd && grep -q "address already in use" "$DIR/etcd.log" && [ "$attempt" -lt 3 ]; then
+    if envtest_exited etcd && grep -qs "address already in use" "$DIR/etcd.log" && [ "$attempt" -lt 3 ]; then
       continue
     fi
     fail "etcd did not become healthy (log: $DIR/etcd.log)" "$DIR/etcd.log"
@@ -216,8 +216,8 @@ EOF
 
   deadline=$((SECONDS + TIMEOUT))
   while ! envtest_ready; do
-    if ! envtest_alive apiserver; then
-      if grep -q "address already in use" "$DIR/apiserver.log" && [ "$attempt" -lt 3 ]; then
+    if envtest_exited apiserver; then
+      if grep -qs "address already in use" "$DIR/apiserver.log" && [ "$attempt" -lt 3 ]; then
         envtest_stop_all
         continue 2
       fi

@@ -86,6 +86,18 @@ envtest_alive() {
   envtest_is_ours "$(envtest_pid "$1")" "$1"
 }
 
+# Whether NAME, just started in the background, has exited. Right after `&` its pid is still the
+# forking shell, not yet exec'd into the server (and its log not yet opened): envtest_alive does
+# not know it, but it has not exited. Exited: no pid, or the pid gone or a zombie.
+envtest_exited() {
+  local pid
+  pid="$(envtest_pid "$1")"
+  [ -n "$pid" ] || return 0
+  envtest_alive "$1" && return 1
+  kill -0 "$pid" 2>/dev/null || return 0
+  [ "$(cut -d' ' -f3 "/proc/$pid/stat" 2>/dev/null)" = Z ]
+}
+
 # All live processes of NAME in this cluster: the pid file, plus a scan of /proc
 # in case the pid file was lost.
 envtest_pids() {
