@@ -84,6 +84,13 @@ longest = max([longest] + [end - t for t in last.values()])
 print(json.dumps({"writes": writes, "objects": len(objects), "longest_gap_s": round(longest, 1)}))
 EOF
 )"
+# Objects that outlived their TTL between two writes: a patch answered 404, then created again.
+gone="$(op_metric 'event_series_api_requests_total{verb="patch",code="404"}')"
+creates="$(op_metric 'event_series_api_requests_total{verb="create",code="201"}')"
+verdict="every object written again within the TTL"
+if [ "${gone%.*}" -gt 0 ] || python3 -c "import json,sys; sys.exit(json.loads(sys.argv[1])['longest_gap_s'] <= 360)" "$gaps"; then
+  verdict="MISSED: objects outlived the TTL between two writes"
+fi
 mkdir -p bench/results/heartbeats
 out="bench/results/heartbeats/$(date -u +%Y%m%dT%H%M%SZ).json"
 cat >"$out" <<EOF
@@ -91,7 +98,8 @@ cat >"$out" <<EOF
  "flags": "${FLAGS[*]} (default --qps 50 --burst 100), apiserver --event-ttl 6m",
  "min_stored_after_creates": $min_stored, "max_pending": $max_pending,
  "heartbeat_latency_mean_s": $(python3 -c "print(round($lat_sum / max($lat_n, 1), 2))"), "heartbeats": ${lat_n%.*},
+ "patch_404": ${gone%.*}, "creates": ${creates%.*}, "verdict": "$verdict",
  "audit": $gaps, "load": $(cat "$CLUSTER_DIR/load.json"), "occurrences_counted": ${occ%.*},
  "samples": [$(IFS=,; echo "${samples[*]}")]}
 EOF
-echo "heartbeats: $SERIES series, 3m interval, qps 50, TTL 6m, $MINUTES min: fewest stored after the creates $min_stored, most pending $max_pending, ${lat_n%.*} heartbeats (mean wait $(python3 -c "print(round($lat_sum / max($lat_n, 1), 2))") s); audit $gaps ($out)"
+echo "heartbeats: $SERIES series, 3m interval, qps 50, TTL 6m, $MINUTES min: fewest stored after the creates $min_stored, most pending $max_pending, ${lat_n%.*} heartbeats (mean wait $(python3 -c "print(round($lat_sum / max($lat_n, 1), 2))") s); audit $gaps; $verdict ($out)"

@@ -108,6 +108,8 @@ def heartbeats(d):
         ["series, heartbeat, flags", "{}, {}".format(n(d["series"]), d["flags"])],
         ["writes (apiserver audit log) / objects", "{} / {}".format(n(a["writes"]), n(a["objects"]))],
         ["longest time between two writes of one object", "**{} s**".format(a["longest_gap_s"])],
+        ["objects gone with their TTL (patch answered 404) and created again",
+         n(d.get("patch_404", (d.get("samples") or [{}])[-1].get("patch_404")))],
         ["heartbeats and refreshes written, mean wait", "{}, {} s".format(n(d["heartbeats"]),
                                                                           d["heartbeat_latency_mean_s"])],
         ["most writes pending", n(d["max_pending"])],

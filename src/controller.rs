@@ -96,6 +96,10 @@ fn resource_version(rv: &str) -> Option<u64> {
 /// (back-pressure), which holds up the watch rather than growing memory.
 const INTENT_CHANNEL: usize = 1024;
 
+/// Creates and heartbeats the writer reports landed, on their way to [`Engine::written`]: at most
+/// `--qps` a second, taken at every turn of the controller's loop.
+const LANDED_CHANNEL: usize = 4096;
+
 /// Hands the engine's intents to the writer, its counters to the metrics, and its finishes to the
 /// loop gauge and the alerts.
 async fn forward(engine: &mut Engine, tx: &Sender<Intent>, metrics: &Metrics, seen: &mut Loops) {
@@ -287,12 +291,14 @@ pub async fn run(
         engine.set_namespace_labels(now, ns, labels.clone());
     }
     let (tx, rx) = tokio::sync::mpsc::channel(INTENT_CHANNEL);
+    let (landed_tx, mut landed) = tokio::sync::mpsc::channel(LANDED_CHANNEL);
     let writer = Writer::new(
         client.clone(),
         config.writer,
         metrics.clone(),
         fence.clone(),
-    );
+    )
+    .reporting(landed_tx);
     let (stop_writer, writer_stop) = tokio::sync::oneshot::channel();
     let writer = tokio::spawn(writer.run(rx, writer_stop, config.drain, health.clone()));
     // Stopping before the end of the restore leaves nothing to write: the writer is told at once.
@@ -404,6 +410,7 @@ pub async fn run(
                 metrics.watch_probe(found.label());
                 current.probed(found);
             }
+            Some(landed) = landed.recv() => engine.written(&landed),
             _ = tick.tick() => {
                 let now = Utc::now();
                 engine.tick_with_input(now, current.clock(now));

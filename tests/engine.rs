@@ -845,6 +845,102 @@ fn heartbeats_are_paced_to_the_writers_rate_within_the_event_ttl() {
     );
 }
 
+/// #23, as `just bench-heartbeats` found it: 10,000 series in 10 namespaces start at once (a first
+/// list: namespace after namespace), with a 3-minute heartbeat, a heartbeat share of 37.5 a second
+/// and a 270 s ceiling (3/4 of a 6-minute event TTL). The writer is the operator's own queue (one
+/// pending write per series, namespaces served in turn) at 50 writes a second, every write answered
+/// at once; with `report`, each create or heartbeat that lands is reported to the engine as the
+/// controller does. For 30 simulated minutes: the longest time between two landed writes of one
+/// object, and the heartbeats the engine asked for.
+fn heartbeats_behind_a_backlog(report: bool) -> (TimeDelta, usize) {
+    use event_series::intent::Landed;
+    use event_series::writer::queue::{Queue, Settled};
+    use event_series::writer::{Answer, Verb};
+    use std::time::{Duration, Instant};
+    let settings = Settings {
+        heartbeat_interval: TimeDelta::minutes(3),
+        finish_after: TimeDelta::hours(2),
+        series_window: TimeDelta::hours(2),
+        ..Settings::default()
+    };
+    let mut engine = Engine::new(
+        PolicySet::uniform(settings),
+        EngineConfig {
+            heartbeat_rate: 37.5,
+            heartbeat_ceiling: TimeDelta::seconds(270),
+            ..Default::default()
+        },
+    );
+    let (start, clock) = (t0(), Instant::now());
+    for ns in 0..10 {
+        for i in 0..1_000 {
+            let (ns, name) = (format!("ns-{ns}"), format!("p{i}"));
+            let ev = legacy(&ns, &name, pod(&ns, &name), "BackOff", 2, start, start);
+            engine.observe(start, &key::normalise(&ev).unwrap());
+        }
+    }
+    let mut queue = Queue::new(200_000, 50_000);
+    let mut landed = BTreeMap::new();
+    let (mut longest, mut heartbeats) = (TimeDelta::zero(), 0);
+    for s in 0..30 * 60 {
+        let (now, instant) = (start + secs(s), clock + Duration::from_secs(s as u64));
+        engine.tick(now);
+        for intent in engine.take_intents() {
+            heartbeats += usize::from(intent.kind == WriteKind::Heartbeat);
+            queue.push(instant, intent).unwrap();
+        }
+        for job in queue.take_due(instant, 50) {
+            let code = if job.verb == Verb::Create { 201 } else { 200 };
+            let answer = Answer::Status {
+                code,
+                retry_after: None,
+                message: String::new(),
+            };
+            let settled = queue.answered(instant, &job, &answer);
+            assert!(
+                matches!(settled, Settled::Done | Settled::Again { .. }),
+                "{settled:?}"
+            );
+            let name = object::name_of(&job.intent.series);
+            if let Some(before) = landed.insert(name, now) {
+                longest = longest.max(now - before);
+            }
+            if report && (job.owed.create.is_some() || job.owed.heartbeat.is_some()) {
+                engine.written(&Landed::of(&job.intent, now));
+            }
+        }
+    }
+    assert_eq!(landed.len(), 10_000);
+    let end = start + secs(30 * 60);
+    longest = landed
+        .values()
+        .map(|at| end - *at)
+        .fold(longest, TimeDelta::max);
+    (longest, heartbeats)
+}
+
+/// Heartbeats booked from when their creates were asked for, all at once, overflow the calendar
+/// and fall due together at the ceiling; the writer's backlog then holds the last of them past the
+/// TTL of objects it created first. Timed from the writes that landed, every object is written
+/// again within the TTL.
+#[test]
+fn heartbeats_are_timed_from_the_writes_that_landed() {
+    let (reported, reported_writes) = heartbeats_behind_a_backlog(true);
+    let (unreported, unreported_writes) = heartbeats_behind_a_backlog(false);
+    println!(
+        "longest time between two landed writes of one object: reported {reported} \
+         ({reported_writes} heartbeats), not reported {unreported} ({unreported_writes} heartbeats)"
+    );
+    assert!(
+        reported <= secs(330),
+        "reported: an object went {reported} without a write"
+    );
+    assert!(
+        unreported > secs(360),
+        "not reported, the backlog holds heartbeats past the TTL: {unreported}"
+    );
+}
+
 /// A loop of one occurrence every 10 s for `minutes`, with the SPEC defaults but `first_refresh`;
 /// optionally restarted at `restart_at` minutes. The writes as (kind, seconds after the loop's
 /// first occurrence, count written), and the occurrences fed.

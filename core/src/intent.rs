@@ -110,6 +110,35 @@ pub struct Intent {
     pub due: DateTime<Utc>,
 }
 
+/// The shell's word that a create or a heartbeat reached the API server
+/// ([`crate::engine::Engine::written`]): the engine times the series' next heartbeat from when its
+/// object was written, not from when the write was asked for, which is earlier by the writer's
+/// backlog.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Landed {
+    pub namespace: Arc<str>,
+    pub id: KeyId,
+    /// The series' start: an answer for an earlier series of the same key moves nothing.
+    pub first: DateTime<Utc>,
+    /// When the state it carried was decided ([`Snapshot::written_at`]).
+    pub asked: DateTime<Utc>,
+    /// When the API server's answer came.
+    pub at: DateTime<Utc>,
+}
+
+impl Landed {
+    pub fn of(intent: &Intent, at: DateTime<Utc>) -> Landed {
+        let s = &intent.series;
+        Landed {
+            namespace: s.namespace.clone(),
+            id: s.id,
+            first: s.first,
+            asked: s.written_at,
+            at,
+        }
+    }
+}
+
 /// A series as read back from its object, to rebuild the engine after a restart.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredSeries {

@@ -4,7 +4,11 @@
 //! - [`queue`] holds the pending writes (pure): one per series, latest state wins, bounded;
 //!   [`fair`] hands out the due ones, namespaces in turn; this module performs them.
 //! - A client-side rate limit (QPS and burst, `governor`) paces every request.
-//! - Heartbeats and finishes are JSON merge patches of the whole series object (RBAC verb `patch`).
+//! - Heartbeats and finishes are JSON patches (RBAC verb `patch`) of what an update may change
+//!   (labels, annotations, `series`), guarded by tests of the series' own labels
+//!   ([`crate::object::to_update`]).
+//! - Each create or heartbeat that lands is reported back ([`Landed`]): the engine times the
+//!   series' next heartbeat from then, not from when the write was asked for.
 //! - What to do after each answer is decided by [`next`], a pure function:
 //!   - 409 on create → read the object at that name: the series' own (a repeated create) → patch;
 //!     someone else's (a namespace member created an Event there first) → create under the series'
@@ -24,7 +28,7 @@ pub mod queue;
 
 use crate::client::timed_out;
 use crate::health::Health;
-use crate::intent::Intent;
+use crate::intent::{Intent, Landed};
 use crate::leader::WriteFence;
 use crate::leader::elector::Fence;
 use crate::metrics::Metrics;
@@ -38,7 +42,7 @@ use queue::{Job, Queue, Settled};
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::mpsc::Receiver;
+use tokio::sync::mpsc::{Receiver, Sender};
 use tokio::time::Instant;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -209,6 +213,8 @@ pub struct Writer {
     after_burst: bool,
     /// Writes shed since the last log line about them, and when that was.
     shed: (u64, Option<std::time::Instant>),
+    /// Where creates and heartbeats that landed are reported ([`Writer::reporting`]).
+    landed: Option<Sender<Landed>>,
 }
 
 impl Writer {
@@ -234,7 +240,17 @@ impl Writer {
             fence,
             after_burst: false,
             shed: (0, None),
+            landed: None,
         }
+    }
+
+    /// Reports each create or heartbeat that lands to `landed` (the controller hands it to
+    /// [`crate::engine::Engine::written`]). A report that finds the channel full is dropped: the
+    /// series then keeps the heartbeat booked from when its write was asked for, which is earlier,
+    /// never later, than the one the report would have set.
+    pub fn reporting(mut self, landed: Sender<Landed>) -> Writer {
+        self.landed = Some(landed);
+        self
     }
 
     /// One request, over by `until` (the fence's limit) at the latest.
@@ -302,6 +318,11 @@ impl Writer {
             for (kind, since) in job.owed.each() {
                 self.metrics
                     .write_latency(kind, (now - since).as_seconds_f64());
+            }
+            if let Some(landed) = &self.landed
+                && (job.owed.create.is_some() || job.owed.heartbeat.is_some())
+            {
+                let _ = landed.try_send(Landed::of(&job.intent, now));
             }
         }
         let (namespace, name) = (&job.target.namespace, &job.target.name);

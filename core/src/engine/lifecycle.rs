@@ -7,7 +7,7 @@
 use super::counting::Placement;
 use super::storage::{Dormant, Ended, Micros, Series, Tally, micros, record, time};
 use super::{Engine, Landing};
-use crate::intent::{FinishCause, Intent, SeriesState, Snapshot, WriteKind};
+use crate::intent::{FinishCause, Intent, Landed, SeriesState, Snapshot, WriteKind};
 use crate::key::store::Stored;
 use crate::key::{KeyBuf, KeyId, Observation};
 use crate::settings::{Settings, SlotIdx};
@@ -267,6 +267,48 @@ impl Engine {
 
     fn push_intent(&mut self, kind: WriteKind, series: Snapshot, due: DateTime<Utc>) {
         self.intents.push(Intent { kind, series, due });
+    }
+
+    /// The writer's answer that a create or a heartbeat of a series reached the API server
+    /// ([`Landed`]). Its next heartbeat was booked as if the object had been written when the write
+    /// was asked for; it is moved by the time the write waited, still paced (see `pacing`) and
+    /// never later than the ceiling after the write's answer. Without this, thousands of series
+    /// started at once (a first list, a storm) book every first heartbeat from the same instant
+    /// while their creates land over minutes in the writer's order (namespaces in turn), so
+    /// heartbeats that overflow the calendar fall due together at the ceiling and the last of
+    /// them reach objects written long before, past the event TTL. An answer for a series that has
+    /// finished since, or for an earlier series of its key, changes nothing.
+    pub fn written(&mut self, landed: &Landed) {
+        let waited = landed.at - landed.asked;
+        if waited < TimeDelta::seconds(1) {
+            return;
+        }
+        let Some((ns, slot_idx)) = self.namespaces.lookup(&landed.namespace) else {
+            return;
+        };
+        let settings = self.policies.settings(slot_idx);
+        let Some(slot) = self.slots.get_mut(slot_idx) else {
+            return;
+        };
+        let Some(s) = slot
+            .series
+            .peek_mut(ns, &landed.id)
+            .filter(|s| s.tally.first() == landed.first)
+        else {
+            return;
+        };
+        let booked = s.next_heartbeat();
+        self.pacer.release(booked);
+        s.next_heartbeat = micros(self.pacer.book(booked + waited, landed.at));
+        let mut due = s
+            .next_heartbeat()
+            .min(s.tally.seen() + settings.finish_after);
+        if let Some(refresh) = s.next_refresh(settings) {
+            due = due.min(refresh);
+        }
+        if micros(due) != s.timer_due {
+            s.timer_due = self.timers.arm(due, landed.id, ns);
+        }
     }
 
     /// Advances the clock of the lifecycle: heartbeats and finishes that are due, and candidates

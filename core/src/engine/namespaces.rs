@@ -32,6 +32,12 @@ impl Namespaces {
         Some((i, self.list[i as usize].slot))
     }
 
+    /// A namespace's index and slot, changing nothing.
+    pub fn lookup(&self, ns: &str) -> Option<(u32, SlotIdx)> {
+        let i = *self.index.get(ns)?;
+        Some((i, self.list[i as usize].slot))
+    }
+
     pub fn add(&mut self, ns: &str, labels: BTreeMap<String, String>, slot: SlotIdx) -> u32 {
         let name: Arc<str> = Arc::from(ns);
         let entry = Namespace {

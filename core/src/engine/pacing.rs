@@ -69,6 +69,40 @@ impl Pacer {
         }
     }
 
+    /// Gives back one heartbeat booked at `at` (a series whose heartbeat moved, see
+    /// [`super::Engine::written`]), so that its second can be booked again. A second booked over
+    /// its share at a ceiling counts as exactly full: giving one back from it leaves room for one
+    /// more, an over-booking of one, on the side the ceiling already took.
+    pub(super) fn release(&mut self, at: DateTime<Utc>) {
+        let Some(cap) = self.per_second else {
+            return;
+        };
+        let second = at.timestamp();
+        if let Some(n) = self.booked.get_mut(&second) {
+            *n -= 1;
+            if *n == 0 {
+                self.booked.remove(&second);
+            }
+            return;
+        }
+        let Some((&start, &end)) = self.full.range(..=second).next_back() else {
+            return;
+        };
+        if end < second {
+            return; // not booked (or already forgotten)
+        }
+        self.full.remove(&start);
+        if start < second {
+            self.full.insert(start, second - 1);
+        }
+        if second < end {
+            self.full.insert(second + 1, end);
+        }
+        if cap > 1 {
+            self.booked.insert(second, cap - 1);
+        }
+    }
+
     fn mark_full(&mut self, second: i64) {
         if let Some((_, &end)) = self.full.range(..=second).next_back()
             && end >= second
@@ -156,6 +190,23 @@ mod tests {
         p.forget_before(at(100));
         assert_eq!(p.tracked(), 0);
         assert_eq!(offset(p.book(at(100), at(0))), 100);
+    }
+
+    #[test]
+    fn a_released_booking_makes_room_in_its_second_only() {
+        let mut p = Pacer::new(2.0, TimeDelta::seconds(1000));
+        for _ in 0..6 {
+            p.book(at(10), at(0)); // 10, 11, 12 full: one run
+        }
+        p.release(at(11));
+        assert_eq!(offset(p.book(at(10), at(0))), 11, "the freed place in 11");
+        assert_eq!(offset(p.book(at(10), at(0))), 13, "11 is full again");
+        p.release(at(13)); // booked once: the second is empty again
+        p.release(at(13)); // nothing left to give back
+        p.release(at(500)); // never booked
+        assert_eq!(offset(p.book(at(13), at(0))), 13);
+        assert_eq!(offset(p.book(at(13), at(0))), 13);
+        assert_eq!(offset(p.book(at(13), at(0))), 14);
     }
 
     #[test]
