@@ -169,6 +169,34 @@ impl Election {
                 _ => return,
             }
         };
+        let deadline = until.min(now + self.config.request_timeout);
+        match tokio::time::timeout_at(
+            deadline.into(),
+            release_lease(&self.api, &self.config, rv, transitions),
+        )
+        .await
+        {
+            Ok(Ok(true)) => tracing::info!("lease released"),
+            Ok(Ok(false)) => tracing::warn!("the lease is no longer ours: left as it is"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "releasing the lease failed"),
+            Err(_) => tracing::warn!("releasing the lease timed out"),
+        }
+    }
+}
+
+/// Releases the Lease held by `config.identity` at resourceVersion `rv` (no holder, a one second
+/// duration, as client-go does); whether it was ours to release. A conflict is read again once: a
+/// renewal that was on its way when the election stopped may land after all and move the Lease to a
+/// newer version, still ours, and released from the version it read, a standby takes over at once
+/// instead of waiting out the lease duration.
+pub async fn release_lease(
+    api: &Api<Lease>,
+    config: &LeaseConfig,
+    rv: String,
+    transitions: i32,
+) -> kube::Result<bool> {
+    let (mut rv, mut transitions) = (rv, transitions);
+    for read_again in [true, false] {
         let wall = Timestamp::now();
         let released = Record {
             holder: String::new(),
@@ -177,17 +205,26 @@ impl Election {
             renew_time: Some(wall),
             transitions,
         };
-        let mut lease = lease_object(&self.config, &released);
+        let mut lease = lease_object(config, &released);
         lease.metadata.resource_version = Some(rv);
-        let deadline = until.min(now + self.config.request_timeout);
-        let params = PostParams::default();
-        let release = self.api.replace(&self.config.name, &params, &lease);
-        match tokio::time::timeout_at(deadline.into(), release).await {
-            Ok(Ok(_)) => tracing::info!("lease released"),
-            Ok(Err(e)) => tracing::warn!(error = %e, "releasing the lease failed"),
-            Err(_) => tracing::warn!("releasing the lease timed out"),
+        match api
+            .replace(&config.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => return Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 && read_again => {
+                match api.get_opt(&config.name).await? {
+                    Some(now) if Record::of(&now).holder == config.identity => {
+                        rv = now.metadata.resource_version.clone().unwrap_or_default();
+                        transitions = Record::of(&now).transitions;
+                    }
+                    _ => return Ok(false),
+                }
+            }
+            Err(e) => return Err(e),
         }
     }
+    Ok(false)
 }
 
 fn lease_object(config: &LeaseConfig, record: &Record) -> Lease {

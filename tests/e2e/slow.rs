@@ -694,3 +694,77 @@ async fn a_leader_with_writes_unanswered_at_shutdown_lets_its_lease_expire() -> 
     drop(b);
     ns.cleanup().await
 }
+
+/// SPEC Operations: a leader stopping releases its Lease even when a renewal it had on its way
+/// landed after the election stopped (the Lease one version further, still its own). Before, the
+/// release was refused with a conflict (a full e2e run logged `releasing the lease failed ...
+/// Conflict` and `a_restore_that_cannot_progress_hands_the_lease_over` failed) and the standby
+/// waited out the lease duration. A Lease someone else took in between is left as it is.
+#[tokio::test]
+async fn a_release_after_a_late_renewal_still_releases_the_lease() -> Result<()> {
+    use event_series::leader::{LeaseConfig, elector::Timings, release_lease};
+    let client = client().await?;
+    let ns = TestNamespace::new(&client, "late-renewal").await?;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
+    let held_by = |holder: &str| {
+        let now = Timestamp::now();
+        Lease {
+            metadata: ObjectMeta {
+                name: Some("event-series".into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(holder.into()),
+                lease_duration_seconds: Some(15),
+                acquire_time: Some(MicroTime(now)),
+                renew_time: Some(MicroTime(now)),
+                lease_transitions: Some(3),
+                ..LeaseSpec::default()
+            }),
+        }
+    };
+    let config = LeaseConfig {
+        name: "event-series".into(),
+        namespace: ns.name.clone(),
+        identity: "a".into(),
+        timings: Timings::default(),
+        request_timeout: Duration::from_secs(10),
+    };
+    let holder_now = || async {
+        let lease = leases.get("event-series").await?;
+        anyhow::Ok(
+            lease
+                .spec
+                .and_then(|s| s.holder_identity)
+                .unwrap_or_default(),
+        )
+    };
+    // a renews at `known` (what its elector last saw); the renewal it cut short lands after.
+    let known = leases.create(&PostParams::default(), &held_by("a")).await?;
+    let known_rv = known
+        .metadata
+        .resource_version
+        .clone()
+        .context("no version")?;
+    let mut late = held_by("a");
+    late.metadata.resource_version = Some(known_rv.clone());
+    leases
+        .replace("event-series", &PostParams::default(), &late)
+        .await?;
+    assert!(
+        release_lease(&leases, &config, known_rv, 3).await?,
+        "a's own Lease was not released"
+    );
+    assert_eq!(holder_now().await?, "", "the Lease still has a holder");
+    // b took it meanwhile: a's release, from the version a knew, leaves it to b.
+    let free = leases.get("event-series").await?;
+    let mut taken = held_by("b");
+    taken.metadata.resource_version = free.metadata.resource_version.clone();
+    leases
+        .replace("event-series", &PostParams::default(), &taken)
+        .await?;
+    let stale = free.metadata.resource_version.context("no version")?;
+    assert!(!release_lease(&leases, &config, stale, 3).await?);
+    assert_eq!(holder_now().await?, "b");
+    ns.cleanup().await
+}
