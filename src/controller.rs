@@ -6,7 +6,7 @@
 //!  policies + namespace labels (watch) ────▶ ┌────────┐             policy status writer
 //!  list own series (per namespace) ─restore─▶ │        │
 //!  raw list (buffered, time-ordered) ──────▶ │ engine │──intents──▶ writer task ──▶ events.k8s.io/v1
-//!  raw watch: applied / deleted / bookmark ─▶ │ (pure) │
+//!  raw watch: applied / deleted / bookmark ─▶ │ (pure) │◀─landed──── (crate::handoff)
 //!  tick every second ──────────────────────▶ └────────┘
 //!  input clock (crate::currency): proofs from the watch, and a probe while a finish is held
 //! ```
@@ -17,8 +17,8 @@ use crate::config::policy_watch::{PolicyWatch, Update};
 use crate::currency::{self, Currency, Proof};
 use crate::engine::{Engine, EngineConfig};
 use crate::feed::{Arrival, feed};
+use crate::handoff;
 use crate::health::Health;
-use crate::intent::Intent;
 use crate::key::RawId;
 use crate::leader::WriteFence;
 use crate::metrics::Metrics;
@@ -34,7 +34,6 @@ use kube::api::Api;
 use kube::{Client, Resource};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc::Sender;
 
 #[derive(Clone, Debug)]
 pub struct ControllerConfig {
@@ -90,29 +89,6 @@ where
 
 fn resource_version(rv: &str) -> Option<u64> {
     rv.parse().ok()
-}
-
-/// Intents on their way to the writer; when its queue is full, the controller waits here
-/// (back-pressure), which holds up the watch rather than growing memory.
-const INTENT_CHANNEL: usize = 1024;
-
-/// Creates and heartbeats the writer reports landed, on their way to [`Engine::written`]: at most
-/// `--qps` a second, taken at every turn of the controller's loop.
-const LANDED_CHANNEL: usize = 4096;
-
-/// Hands the engine's intents to the writer, its counters to the metrics, and its finishes to the
-/// loop gauge and the alerts.
-async fn forward(engine: &mut Engine, tx: &Sender<Intent>, metrics: &Metrics, seen: &mut Loops) {
-    metrics.sync_engine(engine.stats(), engine.active_series());
-    let intents = engine.take_intents();
-    for intent in intents {
-        tracing::debug!(kind = ?intent.kind, id = %intent.series.id, count = intent.series.count, "intent");
-        seen.intent(engine, &intent);
-        // The writer only stops after the controller drops the sender.
-        if tx.send(intent).await.is_err() {
-            return;
-        }
-    }
 }
 
 /// Applies one step of the raw-event watch. During a restart the first list is buffered and
@@ -290,17 +266,16 @@ pub async fn run(
     for (ns, labels) in policies.namespaces() {
         engine.set_namespace_labels(now, ns, labels.clone());
     }
-    let (tx, rx) = tokio::sync::mpsc::channel(INTENT_CHANNEL);
-    let (landed_tx, mut landed) = tokio::sync::mpsc::channel(LANDED_CHANNEL);
+    let (mut handoff, ends) = handoff::channels();
     let writer = Writer::new(
         client.clone(),
         config.writer,
         metrics.clone(),
         fence.clone(),
     )
-    .reporting(landed_tx);
+    .reporting(ends.landed);
     let (stop_writer, writer_stop) = tokio::sync::oneshot::channel();
-    let writer = tokio::spawn(writer.run(rx, writer_stop, config.drain, health.clone()));
+    let writer = tokio::spawn(writer.run(ends.intents, writer_stop, config.drain, health.clone()));
     // Stopping before the end of the restore leaves nothing to write: the writer is told at once.
     let mut writer = AbortOnDrop {
         task: Some(writer),
@@ -373,7 +348,7 @@ pub async fn run(
         // an object would carry a watermark that says less than it counted.
         if restart.is_none() {
             tokio::select! {
-                () = forward(&mut engine, &tx, &metrics, &mut seen) => {}
+                () = handoff.forward(&mut engine, &metrics, &mut seen) => {}
                 s = &mut shutdown => {
                     stop = s;
                     break;
@@ -410,7 +385,7 @@ pub async fn run(
                 metrics.watch_probe(found.label());
                 current.probed(found);
             }
-            Some(landed) = landed.recv() => engine.written(&landed),
+            Some(report) = handoff.landed() => engine.written(&report),
             _ = tick.tick() => {
                 let now = Utc::now();
                 engine.tick_with_input(now, current.clock(now));
@@ -441,7 +416,7 @@ pub async fn run(
     }
     // The writer hears this even when its queue is full and it takes no intents.
     let _ = stop_writer.send(());
-    drop(tx);
+    drop(handoff);
     match (stop, writer.task.take()) {
         (Stop::Graceful, Some(task)) => {
             tracing::info!("shutting down: flushing pending writes");

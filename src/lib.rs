@@ -16,6 +16,7 @@ pub mod config;
 pub mod controller;
 pub mod currency;
 pub mod feed;
+pub mod handoff;
 pub mod health;
 pub mod leader;
 pub mod memory;

@@ -92,6 +92,9 @@ pub struct Snapshot {
     pub sources: Vec<Source>,
     /// When the intent was made; written into the object so that every heartbeat changes it.
     pub written_at: DateTime<Utc>,
+    /// When the series' next heartbeat was booked for as this state was taken: a report that its
+    /// write landed ([`Landed`]) moves that booking only if it is still the series' own.
+    pub heartbeat: DateTime<Utc>,
     /// Which of the series' deterministic names its object has: 0, the name derived from the key
     /// and start; n, the n-th alternative, taken when someone else's object held the earlier ones.
     /// Known to the engine only from a restored object; the writer finds it for a live series.
@@ -113,7 +116,8 @@ pub struct Intent {
 /// The shell's word that a create or a heartbeat reached the API server
 /// ([`crate::engine::Engine::written`]): the engine times the series' next heartbeat from when its
 /// object was written, not from when the write was asked for, which is earlier by the writer's
-/// backlog.
+/// backlog. Only for a write known to have changed the object at `at`: not after an attempt whose
+/// outcome is unknown, which may have landed earlier with the same content.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Landed {
     pub namespace: Arc<str>,
@@ -122,18 +126,24 @@ pub struct Landed {
     pub first: DateTime<Utc>,
     /// When the state it carried was decided ([`Snapshot::written_at`]).
     pub asked: DateTime<Utc>,
+    /// The heartbeat booked when that state was taken ([`Snapshot::heartbeat`]).
+    pub booked: DateTime<Utc>,
+    /// It created the object: the next heartbeat is the series' first.
+    pub created: bool,
     /// When the API server's answer came.
     pub at: DateTime<Utc>,
 }
 
 impl Landed {
-    pub fn of(intent: &Intent, at: DateTime<Utc>) -> Landed {
+    pub fn of(intent: &Intent, created: bool, at: DateTime<Utc>) -> Landed {
         let s = &intent.series;
         Landed {
             namespace: s.namespace.clone(),
             id: s.id,
             first: s.first,
             asked: s.written_at,
+            booked: s.heartbeat,
+            created,
             at,
         }
     }

@@ -32,6 +32,7 @@ pub struct Metrics {
     pub restore_tokens_expired: Counter,
     pub restart_buffer_flushes: Counter,
     pub names_taken: Counter,
+    pub landed_dropped: Counter,
     /// 1 while this replica holds the Lease (or runs without leader election), else 0.
     pub leader: Gauge,
     /// 1 while `/readyz` would answer 200: see [`Metrics::watch_readiness`].
@@ -256,6 +257,13 @@ impl Metrics {
             "Series names found held by an Event that is not the series' own (a create answered \
              409, then a read): the series took its next name",
             m.names_taken.clone(),
+        );
+        r.register(
+            "landed_reports_dropped",
+            "Reports of a create or heartbeat that landed, dropped because the controller had not \
+             taken the earlier ones: that series' next heartbeat stays timed from when its write was \
+             asked for, which is earlier",
+            m.landed_dropped.clone(),
         );
         r.register(
             "writes_shed",

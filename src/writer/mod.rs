@@ -320,9 +320,16 @@ impl Writer {
                     .write_latency(kind, (now - since).as_seconds_f64());
             }
             if let Some(landed) = &self.landed
+                && !job.uncertain
                 && (job.owed.create.is_some() || job.owed.heartbeat.is_some())
             {
-                let _ = landed.try_send(Landed::of(&job.intent, now));
+                let created = job.verb == Verb::Create;
+                if landed
+                    .try_send(Landed::of(&job.intent, created, now))
+                    .is_err()
+                {
+                    self.metrics.landed_dropped.inc();
+                }
             }
         }
         let (namespace, name) = (&job.target.namespace, &job.target.name);

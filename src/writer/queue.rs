@@ -54,6 +54,8 @@ pub struct Job {
     /// The intents this write is the first to carry, each kind's oldest: a successful answer ends
     /// their wait.
     pub owed: Owed,
+    /// An earlier attempt at this state may have landed unanswered ([`Pending::uncertain`]).
+    pub uncertain: bool,
 }
 
 /// What an answer led to, for the shell's logs and metrics.
@@ -85,10 +87,25 @@ struct Pending {
     deferred: bool,
     /// Which of the series' names its object has ([`object::variant_name`]).
     variant: u8,
+    /// An attempt at this state went unanswered (a timeout, a broken connection, a 5xx) or met
+    /// the object already there (409 on create): the object may hold this state since then, and a
+    /// later write of the same content would change nothing, so its answer does not tell when the
+    /// object was last written. Cleared by a newer state.
+    uncertain: bool,
 }
 
 fn delays() -> backon::ExponentialBackoff {
     crate::retry::delays(Duration::from_millis(100), Duration::from_secs(60))
+}
+
+/// Whether the object may hold what the request carried though the answer did not say it was
+/// written: no answer, a server error, or a create that found the object there.
+fn may_hold_it_already(verb: Verb, answer: &Answer) -> bool {
+    match answer {
+        Answer::Timeout | Answer::Transport(_) => true,
+        Answer::Status { code, .. } => *code >= 500 || (verb == Verb::Create && *code == 409),
+        Answer::NotSent | Answer::Taken => false,
+    }
 }
 
 fn first_verb(kind: WriteKind) -> Verb {
@@ -244,6 +261,7 @@ impl Queue {
             p.owed = p.owed.merge(Owed::of(&intent));
             p.intent = intent;
             p.seq = seq;
+            p.uncertain = false;
             p.variant = p.variant.max(variant);
             if p.deferred && !p.owed.deferrable() && !p.in_flight {
                 // A refresh waiting behind everything became a heartbeat or a finish: it is due now.
@@ -266,6 +284,7 @@ impl Queue {
                 in_flight: false,
                 deferred: false,
                 variant,
+                uncertain: false,
             },
         );
         self.schedule(target, now);
@@ -300,6 +319,7 @@ impl Queue {
                     seq: p.seq,
                     intent: p.intent.clone(),
                     owed: std::mem::take(&mut p.owed),
+                    uncertain: p.uncertain,
                     target,
                 });
             }
@@ -330,6 +350,7 @@ impl Queue {
         }
         let newer = p.seq != job.seq;
         let landed = matches!(next(job.verb, answer), Next::Done);
+        p.uncertain |= !newer && may_hold_it_already(job.verb, answer);
         if !landed {
             // Not written: what the job carried is still owed, since as long as before.
             p.owed = p.owed.merge(job.owed);
@@ -587,6 +608,33 @@ mod tests {
         let job = q.take_due(t0, 10).remove(0);
         assert_eq!((job.verb, job.intent.series.count), (Verb::Patch, 7));
         assert_eq!(q.answered(t0, &job, &status(200)), Settled::Done);
+    }
+
+    #[test]
+    fn a_write_after_an_attempt_that_may_have_landed_does_not_date_the_object() {
+        let later = |t: Instant| t + Duration::from_secs(120);
+        for unanswered in [Answer::Timeout, status(503), status(409)] {
+            let (t0, mut q) = one_create("a");
+            let job = q.take_due(t0, 1).remove(0);
+            assert!(!job.uncertain, "a first attempt says when it landed");
+            q.answered(t0, &job, &unanswered);
+            let job = q.take_due(later(t0), 1).remove(0);
+            assert!(
+                job.uncertain,
+                "after {unanswered:?}, {:?} may rewrite what landed",
+                job.verb
+            );
+            // A newer state changes the object whenever it lands.
+            q.put(later(t0), intent("a", WriteKind::Heartbeat, 3));
+            q.answered(later(t0), &job, &status(201));
+            let job = q.take_due(later(t0), 1).remove(0);
+            assert!(!job.uncertain, "the newer state, after {unanswered:?}");
+        }
+        // Refused outright (429), nothing landed.
+        let (t0, mut q) = one_create("b");
+        let job = q.take_due(t0, 1).remove(0);
+        q.answered(t0, &job, &status(429));
+        assert!(!q.take_due(later(t0), 1)[0].uncertain);
     }
 
     #[test]

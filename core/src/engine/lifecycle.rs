@@ -257,6 +257,7 @@ impl Engine {
             watermark: self.watermark,
             sources: t.sources.iter().map(|s| s.public()).collect(),
             written_at: now,
+            heartbeat: s.next_heartbeat(),
             name_variant: s.name_variant,
         }
     }
@@ -271,16 +272,16 @@ impl Engine {
 
     /// The writer's answer that a create or a heartbeat of a series reached the API server
     /// ([`Landed`]). Its next heartbeat was booked as if the object had been written when the write
-    /// was asked for; it is moved by the time the write waited, still paced (see `pacing`) and
-    /// never later than the ceiling after the write's answer. Without this, thousands of series
-    /// started at once (a first list, a storm) book every first heartbeat from the same instant
-    /// while their creates land over minutes in the writer's order (namespaces in turn), so
-    /// heartbeats that overflow the calendar fall due together at the ceiling and the last of
-    /// them reach objects written long before, past the event TTL. An answer for a series that has
-    /// finished since, or for an earlier series of its key, changes nothing.
+    /// was asked for; it is booked again as if the write had been asked for when it landed (paced,
+    /// and no later than the ceiling after the answer). Without this, thousands of series started
+    /// at once (a first list, a storm) book every first heartbeat from the same instant while their
+    /// creates land over minutes in the writer's order (namespaces in turn), so heartbeats that
+    /// overflow the calendar fall due together at the ceiling and the last of them reach objects
+    /// written long before, past the event TTL. A report changes nothing unless the booking it
+    /// names is still the series' own: not once a later heartbeat, a policy change or a reopening
+    /// booked another, nor for a series that has finished or an earlier series of its key.
     pub fn written(&mut self, landed: &Landed) {
-        let waited = landed.at - landed.asked;
-        if waited < TimeDelta::seconds(1) {
+        if landed.at - landed.asked < TimeDelta::seconds(1) {
             return;
         }
         let Some((ns, slot_idx)) = self.namespaces.lookup(&landed.namespace) else {
@@ -290,24 +291,27 @@ impl Engine {
         let Some(slot) = self.slots.get_mut(slot_idx) else {
             return;
         };
-        let Some(s) = slot
-            .series
-            .peek_mut(ns, &landed.id)
-            .filter(|s| s.tally.first() == landed.first)
-        else {
+        let Some(s) = slot.series.peek_mut(ns, &landed.id).filter(|s| {
+            s.tally.first() == landed.first && s.next_heartbeat == micros(landed.booked)
+        }) else {
             return;
         };
-        let booked = s.next_heartbeat();
-        self.pacer.release(booked);
-        s.next_heartbeat = micros(self.pacer.book(booked + waited, landed.at));
-        let mut due = s
+        let interval = settings.heartbeat_interval;
+        let due = if landed.created {
+            landed.at + interval - jitter(landed.id, interval / 4)
+        } else {
+            landed.at + interval
+        };
+        self.pacer.release(landed.booked);
+        s.next_heartbeat = micros(self.pacer.book(due, landed.at));
+        let mut next = s
             .next_heartbeat()
             .min(s.tally.seen() + settings.finish_after);
         if let Some(refresh) = s.next_refresh(settings) {
-            due = due.min(refresh);
+            next = next.min(refresh);
         }
-        if micros(due) != s.timer_due {
-            s.timer_due = self.timers.arm(due, landed.id, ns);
+        if micros(next) != s.timer_due {
+            s.timer_due = self.timers.arm(next, landed.id, ns);
         }
     }
 

@@ -443,9 +443,12 @@ impl Engine {
             for (id, mut s) in slot.series.drain() {
                 let idx = self.namespaces.slot_of(s.tally.ns);
                 let settings = self.policies.settings(idx);
-                s.next_heartbeat = s
-                    .next_heartbeat
-                    .min(micros(now + settings.heartbeat_interval));
+                // A shorter interval brings the heartbeat forward, booked like any other.
+                let sooner = now + settings.heartbeat_interval;
+                if s.next_heartbeat() > sooner {
+                    self.pacer.release(s.next_heartbeat());
+                    s.next_heartbeat = micros(self.pacer.book(sooner, now));
+                }
                 if settings.include_note != old_note {
                     s.written_count = s.tally.count;
                     let snap = self.snapshot(id, &s, SeriesState::Ongoing, now);

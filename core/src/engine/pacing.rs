@@ -23,6 +23,8 @@ pub(super) struct Pacer {
     booked: BTreeMap<i64, u32>,
     /// Runs of full seconds, first -> last (inclusive); adjacent runs are merged.
     full: BTreeMap<i64, i64>,
+    /// Heartbeats booked beyond the share of a full second (at their ceiling), per second.
+    over: BTreeMap<i64, u32>,
 }
 
 impl Pacer {
@@ -34,6 +36,7 @@ impl Pacer {
             ceiling,
             booked: BTreeMap::new(),
             full: BTreeMap::new(),
+            over: BTreeMap::new(),
         }
     }
 
@@ -56,11 +59,16 @@ impl Pacer {
             // Booked up to the ceiling: this one may not wait longer, it goes over.
             second = latest;
         }
-        let n = self.booked.entry(second).or_insert(0);
-        *n = n.saturating_add(1);
-        if *n >= cap {
-            self.booked.remove(&second);
-            self.mark_full(second);
+        if self.is_full(second) {
+            let n = self.over.entry(second).or_insert(0);
+            *n = n.saturating_add(1);
+        } else {
+            let n = self.booked.entry(second).or_insert(0);
+            *n = n.saturating_add(1);
+            if *n >= cap {
+                self.booked.remove(&second);
+                self.mark_full(second);
+            }
         }
         if second == first {
             due
@@ -69,15 +77,21 @@ impl Pacer {
         }
     }
 
-    /// Gives back one heartbeat booked at `at` (a series whose heartbeat moved, see
-    /// [`super::Engine::written`]), so that its second can be booked again. A second booked over
-    /// its share at a ceiling counts as exactly full: giving one back from it leaves room for one
-    /// more, an over-booking of one, on the side the ceiling already took.
+    /// Gives back one heartbeat that [`Pacer::book`] returned `at` for (a series whose heartbeat
+    /// moved, see [`super::Engine::written`]), so that its place can be booked again: first from
+    /// what a ceiling booked over the share of that second, then from the share.
     pub(super) fn release(&mut self, at: DateTime<Utc>) {
         let Some(cap) = self.per_second else {
             return;
         };
         let second = at.timestamp();
+        if let Some(n) = self.over.get_mut(&second) {
+            *n -= 1;
+            if *n == 0 {
+                self.over.remove(&second);
+            }
+            return;
+        }
         if let Some(n) = self.booked.get_mut(&second) {
             *n -= 1;
             if *n == 0 {
@@ -103,12 +117,14 @@ impl Pacer {
         }
     }
 
+    fn is_full(&self, second: i64) -> bool {
+        self.full
+            .range(..=second)
+            .next_back()
+            .is_some_and(|(_, &end)| end >= second)
+    }
+
     fn mark_full(&mut self, second: i64) {
-        if let Some((_, &end)) = self.full.range(..=second).next_back()
-            && end >= second
-        {
-            return; // already full (a ceiling booking over a full second)
-        }
         let mut start = second;
         let mut end = second;
         if let Some((&s, &e)) = self.full.range(..second).next_back()
@@ -126,6 +142,7 @@ impl Pacer {
     pub(super) fn forget_before(&mut self, now: DateTime<Utc>) {
         let now = now.timestamp();
         self.booked = self.booked.split_off(&now);
+        self.over = self.over.split_off(&now);
         // A run that started before now and goes on past it is kept, from now.
         let mut kept = self.full.split_off(&now);
         if let Some((_, &end)) = self.full.iter().next_back()
@@ -139,7 +156,7 @@ impl Pacer {
     /// Seconds tracked (booked or in full runs' bookkeeping): bounded by the ceiling's length.
     #[cfg(test)]
     fn tracked(&self) -> usize {
-        self.booked.len() + self.full.len()
+        self.booked.len() + self.full.len() + self.over.len()
     }
 }
 
@@ -207,6 +224,20 @@ mod tests {
         assert_eq!(offset(p.book(at(13), at(0))), 13);
         assert_eq!(offset(p.book(at(13), at(0))), 13);
         assert_eq!(offset(p.book(at(13), at(0))), 14);
+    }
+
+    #[test]
+    fn what_a_ceiling_booked_over_the_share_is_given_back_before_the_share() {
+        let mut p = Pacer::new(2.0, TimeDelta::seconds(1));
+        let got: Vec<_> = (0..6).map(|_| offset(p.book(at(0), at(0)))).collect();
+        assert_eq!(got, [0, 0, 1, 1, 1, 1], "two over the share of second 1");
+        p.release(at(1));
+        p.release(at(1));
+        // Second 1 holds exactly its share: full, a later heartbeat with room to wait passes it.
+        assert_eq!(offset(p.book(at(1), at(100))), 2);
+        p.release(at(1)); // one of the share: one place in second 1
+        assert_eq!(offset(p.book(at(1), at(100))), 1, "the place given back");
+        assert_eq!(offset(p.book(at(1), at(100))), 2, "and only one");
     }
 
     #[test]
