@@ -773,24 +773,11 @@ fn each_write_says_since_when_it_is_owed() {
 /// writer of 50 writes a second (first in, first out) for 30 simulated minutes: the longest time
 /// between two writes of one object as they land, and the heartbeat writes made.
 fn heartbeat_load(series: usize, rate: f64) -> (TimeDelta, usize) {
-    let settings = Settings {
-        heartbeat_interval: TimeDelta::minutes(3),
-        finish_after: TimeDelta::hours(2),
-        series_window: TimeDelta::hours(2),
-        ..Settings::default()
-    };
-    let mut engine = Engine::new(
-        PolicySet::uniform(settings),
-        EngineConfig {
-            heartbeat_rate: rate,
-            heartbeat_ceiling: TimeDelta::seconds(270),
-            ..Default::default()
-        },
-    );
+    let mut engine = three_minute_heartbeats(rate);
     let start = t0();
     let mut queue = std::collections::VecDeque::new();
-    let mut landed = BTreeMap::new();
-    let (mut longest, mut heartbeats) = (TimeDelta::zero(), 0);
+    let mut landed = Landings::default();
+    let mut heartbeats = 0;
     for s in 0..30 * 60 {
         let now = start + secs(s);
         if s < 10 {
@@ -804,19 +791,34 @@ fn heartbeat_load(series: usize, rate: f64) -> (TimeDelta, usize) {
             queue.push_back(object::name_of(&intent.series));
         }
         for name in queue.drain(..queue.len().min(50)) {
-            if let Some(before) = landed.insert(name, now) {
-                longest = longest.max(now - before);
-            }
+            landed.land(name, now);
         }
     }
-    assert_eq!(landed.len(), series);
-    // An object whose last write is older than the end of the run has gone that long too.
-    let end = start + secs(30 * 60);
-    longest = landed
-        .values()
-        .map(|at| end - *at)
-        .fold(longest, TimeDelta::max);
-    (longest, heartbeats)
+    (landed.longest(series, start + secs(30 * 60)), heartbeats)
+}
+
+/// When each object was last written, and the longest time one went between two writes.
+#[derive(Default)]
+struct Landings {
+    last: BTreeMap<String, chrono::DateTime<chrono::Utc>>,
+    longest: TimeDelta,
+}
+
+impl Landings {
+    fn land(&mut self, name: String, now: chrono::DateTime<chrono::Utc>) {
+        if let Some(before) = self.last.insert(name, now) {
+            self.longest = self.longest.max(now - before);
+        }
+    }
+
+    /// The longest gap of `objects` objects up to `end`: one not written since has gone that long.
+    fn longest(&self, objects: usize, end: chrono::DateTime<chrono::Utc>) -> TimeDelta {
+        assert_eq!(self.last.len(), objects);
+        self.last
+            .values()
+            .map(|at| end - *at)
+            .fold(self.longest, TimeDelta::max)
+    }
 }
 
 /// #23: 10,000 series at a 3-minute heartbeat need 55.6 writes/s, more than a writer of 50. Paced,
@@ -845,9 +847,9 @@ fn heartbeats_are_paced_to_the_writers_rate_within_the_event_ttl() {
     );
 }
 
-/// An engine with a 3-minute heartbeat, a heartbeat share of 37.5 a second and a 270 s ceiling
+/// An engine with a 3-minute heartbeat, a heartbeat share of `rate` a second and a 270 s ceiling
 /// (3/4 of a 6-minute event TTL).
-fn three_minute_heartbeats() -> Engine {
+fn three_minute_heartbeats(rate: f64) -> Engine {
     let settings = Settings {
         heartbeat_interval: TimeDelta::minutes(3),
         finish_after: TimeDelta::hours(2),
@@ -857,7 +859,7 @@ fn three_minute_heartbeats() -> Engine {
     Engine::new(
         PolicySet::uniform(settings),
         EngineConfig {
-            heartbeat_rate: 37.5,
+            heartbeat_rate: rate,
             heartbeat_ceiling: TimeDelta::seconds(270),
             ..Default::default()
         },
@@ -865,7 +867,7 @@ fn three_minute_heartbeats() -> Engine {
 }
 
 /// #23, as `just bench-heartbeats` found it: 10,000 series in 10 namespaces start at once (a first
-/// list: namespace after namespace) under [`three_minute_heartbeats`]. The writer is the
+/// list: namespace after namespace) under [`three_minute_heartbeats`] at 37.5 a second. The writer is the
 /// operator's own queue (one pending write per series, namespaces served in turn) taking 50 writes
 /// a second, each answered 3 s later while the engine ticks on; with `report`, each create or
 /// heartbeat that lands is reported as the controller does. For 30 simulated minutes: the longest
@@ -875,7 +877,7 @@ fn heartbeats_behind_a_backlog(report: bool) -> (TimeDelta, usize) {
     use event_series::writer::queue::{Queue, Settled};
     use event_series::writer::{Answer, Verb};
     use std::time::{Duration, Instant};
-    let mut engine = three_minute_heartbeats();
+    let mut engine = three_minute_heartbeats(37.5);
     let (start, clock) = (t0(), Instant::now());
     for ns in 0..10 {
         for i in 0..1_000 {
@@ -886,8 +888,8 @@ fn heartbeats_behind_a_backlog(report: bool) -> (TimeDelta, usize) {
     }
     let mut queue = Queue::new(200_000, 50_000);
     let mut in_flight = std::collections::VecDeque::new();
-    let mut landed = BTreeMap::new();
-    let (mut longest, mut heartbeats) = (TimeDelta::zero(), 0);
+    let mut landed = Landings::default();
+    let mut heartbeats = 0;
     for s in 0..30 * 60 {
         let (now, instant) = (start + secs(s), clock + Duration::from_secs(s as u64));
         engine.tick(now);
@@ -909,10 +911,7 @@ fn heartbeats_behind_a_backlog(report: bool) -> (TimeDelta, usize) {
                 matches!(settled, Settled::Done | Settled::Again { .. }),
                 "{settled:?}"
             );
-            let name = object::name_of(&job.intent.series);
-            if let Some(before) = landed.insert(name, now) {
-                longest = longest.max(now - before);
-            }
+            landed.land(object::name_of(&job.intent.series), now);
             if report && (job.owed.create.is_some() || job.owed.heartbeat.is_some()) {
                 let created = job.verb == Verb::Create;
                 engine.written(&Landed::of(&job.intent, created, now));
@@ -922,13 +921,7 @@ fn heartbeats_behind_a_backlog(report: bool) -> (TimeDelta, usize) {
             in_flight.push_back((s + 3, job));
         }
     }
-    assert_eq!(landed.len(), 10_000);
-    let end = start + secs(30 * 60);
-    longest = landed
-        .values()
-        .map(|at| end - *at)
-        .fold(longest, TimeDelta::max);
-    (longest, heartbeats)
+    (landed.longest(10_000, start + secs(30 * 60)), heartbeats)
 }
 
 /// Heartbeats booked from when their creates were asked for, all at once, overflow the calendar
@@ -958,7 +951,7 @@ fn heartbeats_are_timed_from_the_writes_that_landed() {
 /// later), and its first heartbeat `heartbeat_after` after.
 fn heartbeat_times(create_after: Option<i64>, heartbeat_after: Option<i64>) -> Vec<i64> {
     use event_series::intent::Landed;
-    let mut engine = three_minute_heartbeats();
+    let mut engine = three_minute_heartbeats(37.5);
     let start = t0();
     feed_pod(&mut engine, 0, 2, start);
     let create = engine.take_intents().remove(0);
