@@ -56,12 +56,7 @@ impl Launcher {
         nofile: Option<u64>,
         secure: bool,
     ) -> Result<Operator> {
-        let free = || -> Result<String> {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")?
-                .local_addr()?
-                .port();
-            Ok(format!("127.0.0.1:{port}"))
-        };
+        let free = || free_port().map(|port| format!("127.0.0.1:{port}"));
         let (addr, health) = (free()?, free()?);
         let dir = repo_root().join(self.logs);
         std::fs::create_dir_all(&dir)?;
@@ -254,5 +249,39 @@ impl Drop for Operator {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A loopback port free now, for an operator to bind. Taken below Linux's ephemeral range (32768
+/// and up), from which every outgoing connection on the machine takes its local port: a port found
+/// there by binding port 0 and released could be taken by some client's connection before the
+/// operator binds it (a CI run failed `binding --metrics-addr ...: Address already in use`). Ports
+/// are handed out in turn from an offset of this process, so two test processes rarely try the same.
+fn free_port() -> Result<u16> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let offset = std::process::id() % 97 * 120;
+    for _ in 0..SPAN {
+        let port = FIRST + (offset + NEXT.fetch_add(1, Ordering::Relaxed)) % SPAN;
+        let port = u16::try_from(port)?;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    bail!("no free loopback port between {FIRST} and {}", FIRST + SPAN)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn free_ports_are_below_the_ephemeral_range_and_differ() {
+        let (a, b) = (super::free_port().unwrap(), super::free_port().unwrap());
+        assert_ne!(a, b);
+        for port in [a, b] {
+            assert!((20_000..32_000).contains(&port), "{port}");
+            std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+        }
     }
 }
