@@ -847,17 +847,20 @@ fn heartbeats_are_paced_to_the_writers_rate_within_the_event_ttl() {
     );
 }
 
-/// An engine with a 3-minute heartbeat, a heartbeat share of `rate` a second and a 270 s ceiling
-/// (3/4 of a 6-minute event TTL).
-fn three_minute_heartbeats(rate: f64) -> Engine {
-    let settings = Settings {
+fn three_minutes() -> Settings {
+    Settings {
         heartbeat_interval: TimeDelta::minutes(3),
         finish_after: TimeDelta::hours(2),
         series_window: TimeDelta::hours(2),
         ..Settings::default()
-    };
+    }
+}
+
+/// An engine with a 3-minute heartbeat, a heartbeat share of `rate` a second and a 270 s ceiling
+/// (3/4 of a 6-minute event TTL).
+fn three_minute_heartbeats(rate: f64) -> Engine {
     Engine::new(
-        PolicySet::uniform(settings),
+        PolicySet::uniform(three_minutes()),
         EngineConfig {
             heartbeat_rate: rate,
             heartbeat_ceiling: TimeDelta::seconds(270),
@@ -927,7 +930,7 @@ fn heartbeats_behind_a_backlog(report: bool) -> (TimeDelta, usize) {
 /// Heartbeats booked from when their creates were asked for, all at once, overflow the calendar
 /// and fall due together at the ceiling; the writer's backlog then holds the last of them past the
 /// TTL of objects it created first. Timed from the writes that landed, every object is written
-/// again within the ceiling plus the writer's answer time.
+/// again well within the TTL.
 #[test]
 fn heartbeats_are_timed_from_the_writes_that_landed() {
     let (reported, reported_writes) = heartbeats_behind_a_backlog(true);
@@ -947,8 +950,8 @@ fn heartbeats_are_timed_from_the_writes_that_landed() {
 }
 
 /// The times of the heartbeats one series is asked to write in its first 10 minutes, when its
-/// create is reported landed `create_after` after it was asked for (at the first heartbeat, when
-/// later), and its first heartbeat `heartbeat_after` after.
+/// create is reported landed `create_after` after it was asked for, and its first heartbeat
+/// `heartbeat_after` after.
 fn heartbeat_times(create_after: Option<i64>, heartbeat_after: Option<i64>) -> Vec<i64> {
     use event_series::intent::Landed;
     let mut engine = three_minute_heartbeats(37.5);
@@ -966,7 +969,7 @@ fn heartbeat_times(create_after: Option<i64>, heartbeat_after: Option<i64>) -> V
                 first_heartbeat.get_or_insert(intent);
             }
         }
-        if create_after.is_some_and(|after| s == after.max(times.first().copied().unwrap_or(0))) {
+        if create_after == Some(s) {
             engine.written(&Landed::of(&create, true, now));
         }
         if let Some(h) = &first_heartbeat
@@ -996,6 +999,43 @@ fn a_report_moves_only_the_booking_its_state_was_taken_with() {
         (late[1] - alone[1] - 20).abs() <= 1,
         "the next heartbeat moved by the 20 s its predecessor waited: {late:?} against {alone:?}"
     );
+}
+
+/// A policy change re-files every series: a heartbeat the calendar pushed to its ceiling stays
+/// booked where it was, never later (300 series at once, one heartbeat a second: most are pushed).
+#[test]
+fn a_policy_change_never_puts_a_heartbeat_off() {
+    let first_heartbeats = |change_at: Option<i64>| {
+        let mut engine = three_minute_heartbeats(1.0);
+        let start = t0();
+        for i in 0..300 {
+            feed_pod(&mut engine, i, 2, start);
+        }
+        let mut first = BTreeMap::new();
+        for s in 1..600 {
+            let now = start + secs(s);
+            if change_at == Some(s) {
+                engine.set_policies(now, PolicySet::uniform(three_minutes()));
+            }
+            engine.tick(now);
+            for intent in engine.take_intents() {
+                if intent.kind == WriteKind::Heartbeat {
+                    first.entry(object::name_of(&intent.series)).or_insert(s);
+                }
+            }
+        }
+        first
+    };
+    let unchanged = first_heartbeats(None);
+    assert_eq!(unchanged.len(), 300);
+    let changed = first_heartbeats(Some(60));
+    for (name, at) in &changed {
+        assert!(
+            *at <= unchanged[name],
+            "{name}: first heartbeat at {at} s after a policy change, {} s without",
+            unchanged[name]
+        );
+    }
 }
 
 /// A loop of one occurrence every 10 s for `minutes`, with the SPEC defaults but `first_refresh`;

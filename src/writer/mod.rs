@@ -42,6 +42,7 @@ use queue::{Job, Queue, Settled};
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::mpsc::{Receiver, Sender};
 use tokio::time::Instant;
 
@@ -324,11 +325,13 @@ impl Writer {
                 && (job.owed.create.is_some() || job.owed.heartbeat.is_some())
             {
                 let created = job.verb == Verb::Create;
-                if landed
-                    .try_send(Landed::of(&job.intent, created, now))
-                    .is_err()
-                {
-                    self.metrics.landed_dropped.inc();
+                match landed.try_send(Landed::of(&job.intent, created, now)) {
+                    Err(TrySendError::Full(_)) => {
+                        self.metrics.landed_dropped.inc();
+                    }
+                    // The controller is gone (a graceful flush): nobody books heartbeats any more.
+                    Err(TrySendError::Closed(_)) => self.landed = None,
+                    Ok(()) => {}
                 }
             }
         }

@@ -130,7 +130,7 @@ impl Alertmanager {
                 webhook.url()
             ),
         )?;
-        let port = TcpListener::bind((ip, 0))?.local_addr()?.port();
+        let port = crate::process::free_port_on(ip)?;
         let mut am = Alertmanager {
             addr: SocketAddr::new(ip, port),
             dir,

@@ -252,12 +252,17 @@ impl Drop for Operator {
     }
 }
 
-/// A loopback port free now, for an operator to bind. Taken below Linux's ephemeral range (32768
+/// A loopback port free now, for a process the harness starts to bind. Taken below Linux's ephemeral range (32768
 /// and up), from which every outgoing connection on the machine takes its local port: a port found
 /// there by binding port 0 and released could be taken by some client's connection before the
 /// operator binds it (a CI run failed `binding --metrics-addr ...: Address already in use`). Ports
 /// are handed out in turn from an offset of this process, so two test processes rarely try the same.
-fn free_port() -> Result<u16> {
+pub fn free_port() -> Result<u16> {
+    free_port_on(std::net::Ipv4Addr::LOCALHOST.into())
+}
+
+/// [`free_port`] on the address `ip`.
+pub fn free_port_on(ip: std::net::IpAddr) -> Result<u16> {
     use std::sync::atomic::{AtomicU32, Ordering};
     const FIRST: u32 = 20_000;
     const SPAN: u32 = 12_000;
@@ -266,7 +271,7 @@ fn free_port() -> Result<u16> {
     for _ in 0..SPAN {
         let port = FIRST + (offset + NEXT.fetch_add(1, Ordering::Relaxed)) % SPAN;
         let port = u16::try_from(port)?;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if std::net::TcpListener::bind((ip, port)).is_ok() {
             return Ok(port);
         }
     }

@@ -272,8 +272,10 @@ impl Engine {
 
     /// The writer's answer that a create or a heartbeat of a series reached the API server
     /// ([`Landed`]). Its next heartbeat was booked as if the object had been written when the write
-    /// was asked for; it is booked again as if the write had been asked for when it landed (paced,
-    /// and no later than the ceiling after the answer). Without this, thousands of series started
+    /// was asked for; it is booked again as if the write had been asked for when it landed: an
+    /// interval later, paced, and no later than the ceiling after the answer. (So a wait in the
+    /// writer that every heartbeat meets again adds to each gap: the ceiling's margin below the TTL
+    /// must cover it.) Without this, thousands of series started
     /// at once (a first list, a storm) book every first heartbeat from the same instant while their
     /// creates land over minutes in the writer's order (namespaces in turn), so heartbeats that
     /// overflow the calendar fall due together at the ceiling and the last of them reach objects

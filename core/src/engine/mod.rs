@@ -443,11 +443,17 @@ impl Engine {
             for (id, mut s) in slot.series.drain() {
                 let idx = self.namespaces.slot_of(s.tally.ns);
                 let settings = self.policies.settings(idx);
-                // A shorter interval brings the heartbeat forward, booked like any other.
+                // A shorter interval brings the heartbeat forward, booked like any other; never
+                // later than it was (a heartbeat the calendar pushed may find it full again).
                 let sooner = now + settings.heartbeat_interval;
                 if s.next_heartbeat() > sooner {
-                    self.pacer.release(s.next_heartbeat());
-                    s.next_heartbeat = micros(self.pacer.book(sooner, now));
+                    let booked = self.pacer.book(sooner, now);
+                    if booked < s.next_heartbeat() {
+                        self.pacer.release(s.next_heartbeat());
+                        s.next_heartbeat = micros(booked);
+                    } else {
+                        self.pacer.release(booked);
+                    }
                 }
                 if settings.include_note != old_note {
                     s.written_count = s.tally.count;
