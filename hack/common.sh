@@ -2,23 +2,35 @@
 # The pieces every script of hack/ and bench/ shares (sourced, not run): free ports, a kubeconfig, and
 # what a machine needs to run a real node. No state, no side effects when sourced.
 
-# free_ports N: N distinct free TCP ports on 127.0.0.1, held all at once while choosing. A port picked
-# here can still be taken before a server binds it: callers retry a start that fails at once.
+# free_ports N: N distinct free TCP ports on 127.0.0.1, held all at once while choosing. They come
+# from 12000-19999: below the kernel's ephemeral range (where any outgoing connection may take a port
+# before our server binds it), above the node's fixed ports (10248-10259), and apart from the
+# 20000-32000 the Rust test harness picks from (test-support/src/process.rs). A port picked here can
+# still be taken before a server binds it: callers retry a start that fails at once.
 free_ports() {
   if command -v python3 >/dev/null 2>&1; then
     python3 - "$1" <<'PY'
-import socket, sys
-socks = []
-for _ in range(int(sys.argv[1])):
+import random, socket, sys
+socks, want = [], int(sys.argv[1])
+candidates = random.sample(range(12000, 20000), 8000)
+for port in candidates:
+    if len(socks) == want:
+        break
     s = socket.socket()
-    s.bind(("127.0.0.1", 0))
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        s.close()
+        continue
     socks.append(s)
+if len(socks) < want:
+    sys.exit("free_ports: fewer than {} free ports in 12000-19999".format(want))
 print(" ".join(str(s.getsockname()[1]) for s in socks))
 PY
   else
     local out=() p
     while [ ${#out[@]} -lt "$1" ]; do
-      p=$((20000 + RANDOM % 30000))
+      p=$((12000 + RANDOM % 8000))
       if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && [[ " ${out[*]} " != *" $p "* ]]; then
         out+=("$p")
       fi

@@ -256,7 +256,8 @@ impl Drop for Operator {
 /// and up), from which every outgoing connection on the machine takes its local port: a port found
 /// there by binding port 0 and released could be taken by some client's connection before the
 /// operator binds it (a CI run failed `binding --metrics-addr ...: Address already in use`). Ports
-/// are handed out in turn from an offset of this process, so two test processes rarely try the same.
+/// are handed out in turn from an offset of this process, so two test processes rarely try the same;
+/// the scripts' clusters take theirs from 12000-19999 (`free_ports`, hack/common.sh).
 pub fn free_port() -> Result<u16> {
     free_port_on(std::net::Ipv4Addr::LOCALHOST.into())
 }
