@@ -252,6 +252,32 @@ def ingest(d):
                   "operator CPU (cores)", "apiserver CPU (cores)", "operator RSS (MiB)", "load (1 min)"], rows)
 
 
+def exact(got, want):
+    return "{}, the kubelet's exactly".format(n(got)) if got == want else "**{}, not the kubelet's {}**".format(
+        n(got), n(want))
+
+
+def node(d):
+    """`just bench-node`: per namespace of the real node, the kubelet's writes beside event-series' and
+    how stale the series objects' view of the loop got (bench/node.sh)."""
+    rows = []
+    for ns, v in d["namespaces"].items():
+        series = v["series"]
+        finished = sum(1 for s in series.values() if s["state"] == "Finished")
+        rows.append([ns, d["policies"].get(ns, "?"), n(v["restarts"]),
+                     "{} ({})".format(n(v["kubelet_writes"]), n(v["raw_occurrences"])),
+                     "**{}**".format(n(v["event_series_writes"])),
+                     "{} s".format(n(v["largest_staleness_s"])), n(v["largest_occurrences_not_shown"]),
+                     "{} series ({}), {} Finished; counts sum to {}".format(n(len(series)), ", ".join(
+                         "{} {}".format(r, n(s["count"])) for r, s in sorted(series.items())), n(finished),
+                         exact(sum(s["count"] for s in series.values()), v["raw_occurrences"]))])
+    rows.append(["whole cluster, apiserver `/metrics`", "", "", "core/v1 {}".format(n(d["core_writes_total"])),
+                 "events.k8s.io {}".format(n(d["events_k8s_io_writes_total"])), "", "", ""])
+    return table(["namespace", "policy", "restarts in {} min".format(d["minutes"]),
+                  "kubelet writes (occurrences)", "event-series writes", "largest lag of `lastObservedTime`",
+                  "most occurrences not shown", "series at the end"], rows)
+
+
 def points(d, axes):
     """The growth points of `axes` (a comma-separated list; all when None)."""
     keep = axes.split(",") if axes else None
@@ -271,7 +297,7 @@ def fits(kind, arg, d, current):
 
 GENERATORS = {"scale-steps": scale_steps, "scale-bill": scale_bill, "heartbeats": heartbeats, "soak": soak,
               "failover": failover, "growth": growth, "restore-buffer": restore_buffer, "economy": economy,
-              "memory": memory, "flood": flood, "bookmarks": bookmarks, "ingest": ingest}
+              "memory": memory, "flood": flood, "bookmarks": bookmarks, "ingest": ingest, "node": node}
 
 
 DATE = re.compile(r"\d{8}T\d{6}Z")
