@@ -50,10 +50,14 @@ def table(header, rows):
     return "\n".join(lines) + "\n"
 
 
-def source(d, path):
+# Benchmarks whose result takes the machine when the run is over (their rows carry their own load).
+MACHINE_AT_END = ("restore-buffer", "growth")
+
+
+def source(d, path, kind=None):
     m = d.get("machine") or {}
     # A dated copy (bench/lib.sh keep_dated) takes the machine when the run is over.
-    when = "when it ended" if "kind" in d else "at the start"
+    when = "when it ended" if "kind" in d or kind in MACHINE_AT_END else "at the start"
     return "\n<sub>From [`{p}`](../{p}): commit {c}, {cpu} × {nproc}, load average {load} {when}, {date}.</sub>\n".format(
         p=path, c=d.get("commit", "?")[:7], cpu=m.get("cpu", "?"), nproc=m.get("nproc", "?"),
         load=m.get("loadavg", "?").split()[0], when=when, date=m.get("date", "?"))
@@ -327,7 +331,7 @@ def render(text, latest=False):
             path = newest(path, kind, arg)
         d = result(path)
         body = GENERATORS[kind](d, arg) if arg not in (None, "history") else GENERATORS[kind](d)
-        return "<!-- table: {} {} -->\n{}{}<!-- /table -->\n".format(name, path, body, source(d, path))
+        return "<!-- table: {} {} -->\n{}{}<!-- /table -->\n".format(name, path, body, source(d, path, kind))
     return MARKER.sub(one, text)
 
 
