@@ -29,7 +29,15 @@ fn docs_have_generated_tables() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let text =
         std::fs::read_to_string(root.join("docs/BENCHMARKS.md")).expect("docs/BENCHMARKS.md");
-    for name in ["scale-steps", "scale-bill", "heartbeats", "economy"] {
+    for name in [
+        "scale-steps",
+        "scale-bill",
+        "heartbeats",
+        "economy",
+        "node",
+        "failover",
+        "growth:message",
+    ] {
         assert!(
             text.contains(&format!("<!-- table: {name} ")),
             "docs/BENCHMARKS.md has no generated table {name}"
