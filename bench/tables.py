@@ -256,7 +256,8 @@ def ingest(d):
                   "operator CPU (cores)", "apiserver CPU (cores)", "operator RSS (MiB)", "load (1 min)"], rows)
 
 
-def exact(got, want):
+def against_kubelet(got, want):
+    """The series' summed counts beside the kubelet's occurrences, in bold when they differ."""
     return "{}, the kubelet's exactly".format(n(got)) if got == want else "**{}, not the kubelet's {}**".format(
         n(got), n(want))
 
@@ -274,7 +275,7 @@ def node(d):
                      "{} s".format(n(v["largest_staleness_s"])), n(v["largest_occurrences_not_shown"]),
                      "{} series ({}), {} Finished; counts sum to {}".format(n(len(series)), ", ".join(
                          "{} {}".format(r, n(s["count"])) for r, s in sorted(series.items())), n(finished),
-                         exact(sum(s["count"] for s in series.values()), v["raw_occurrences"]))])
+                         against_kubelet(sum(s["count"] for s in series.values()), v["raw_occurrences"]))])
     rows.append(["whole cluster, apiserver `/metrics`", "", "", "core/v1 {}".format(n(d["core_writes_total"])),
                  "events.k8s.io {}".format(n(d["events_k8s_io_writes_total"])), "", "", ""])
     return table(["namespace", "policy", "restarts in {} min".format(d["minutes"]),
