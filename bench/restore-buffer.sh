@@ -40,6 +40,7 @@ log "$SERIES series created; steady RSS $steady KiB"
 runs=()
 for round in $(seq "$ROUNDS"); do
   order="$BUFFERS"
+  # shellcheck disable=SC2086 # BUFFERS is a list of sizes, split on its spaces
   [ $((round % 2)) = 0 ] && order="$(printf '%s\n' $BUFFERS | tac | xargs)"
   for buffer in $order; do
     logfile="$CLUSTER_DIR/operator-$buffer-$round.log"

@@ -69,7 +69,9 @@ EOF
     for _ in $(seq 300); do operator_ready && break; sleep 0.2; done
     operator_ready || die "the operator is not ready (log $CLUSTER_DIR/operator.log)"
   fi
-  # shellcheck disable=SC1091
+  # cluster.env is the run's own (not in the clone). BIN is lib.sh's: the subshells above that
+  # source envtest-lib.sh set their own, which is meant to stay in them.
+  # shellcheck disable=SC1091,SC2031
   KUBECTL="$BIN/kubectl" KUBECONFIG="$KUBECONFIG_FILE" CLUSTER_DIR="$CLUSTER_DIR" OP_PID="$OP_PID" \
     OP_URL="${OP_URL:-}" ETCD_URL="$(. "$CLUSTER_DIR/cluster.env" && echo "$ETCD_URL")" \
     python3 "$ROOT/bench/scale.py" run "$OUT/$label.json" "$pods" "$namespaces" "$with" "$label"

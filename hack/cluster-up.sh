@@ -138,7 +138,7 @@ for attempt in 1 2 3; do
   mode_args=(--endpoint-reconciler-type=none --disable-admission-plugins=ServiceAccount --authorization-mode=RBAC)
   if [ "${ENVTEST_NODE:-}" = 1 ]; then
     ADDRESS="$NODE_IP"
-    mode_args=(--authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction
+    mode_args=("--authorization-mode=Node,RBAC" --enable-admission-plugins=NodeRestriction
       --kubelet-client-certificate="$CERTS/kubelet-client.crt" --kubelet-client-key="$CERTS/kubelet-client.key"
       --kubelet-certificate-authority="$CERTS/ca.crt" --kubelet-preferred-address-types=InternalIP)
   fi

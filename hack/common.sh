@@ -28,14 +28,14 @@ if len(socks) < want:
 print(" ".join(str(s.getsockname()[1]) for s in socks))
 PY
   else
-    local out=() p
-    while [ ${#out[@]} -lt "$1" ]; do
+    local found=() p
+    while [ ${#found[@]} -lt "$1" ]; do
       p=$((12000 + RANDOM % 8000))
-      if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && [[ " ${out[*]} " != *" $p "* ]]; then
-        out+=("$p")
+      if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && [[ " ${found[*]} " != *" $p "* ]]; then
+        found+=("$p")
       fi
     done
-    echo "${out[*]}"
+    echo "${found[*]}"
   fi
 }
 

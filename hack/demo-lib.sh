@@ -36,6 +36,7 @@ demo_header() {
 
 # demo_series NS: the series of NS as event-series get prints them, and the loop alerts' notifications.
 demo_series() {
+  # shellcheck disable=SC2016 # the backquotes are printed as they are
   printf '%sthe same series as series (event-series get -n %s, also `kubectl series`):%s\n' "$D" "$1" "$N"
   KUBECONFIG="$ADMIN" "$OPERATOR" get -n "$1" 2>&1 || true
   demo_notifications
@@ -135,6 +136,7 @@ demo_watch() {
   local ns="$1" last_shown='' finished_note=0 elapsed final
   storm_done=0
   while :; do
+    # shellcheck disable=SC2154 # storm_start is set by the demo that sources this file
     elapsed=$((SECONDS - storm_start))
     demo_round "$elapsed"
     demo_look "$ns"

@@ -98,5 +98,6 @@ spec:
       bin: kubectl-series
 KREW
 
+# shellcheck disable=SC2094 # find leaves SHA256SUMS, the file written, out by name
 (cd "$DIST" && find . -type f ! -name SHA256SUMS | sed 's#^\./##' | sort | xargs sha256sum >SHA256SUMS)
 log "dist/: $(cd "$DIST" && find . -type f | wc -l) files"
