@@ -17,8 +17,8 @@ def occurrences(e):
 
 
 def group_of(ref, reason, controller):
-    return "%s/%s %s %s %s" % (ref.get("kind", ""), ref.get("name", ""), ref.get("fieldPath", "") or "-",
-                               reason, controller or "-")
+    kind, name, field = ref.get("kind", ""), ref.get("name", ""), ref.get("fieldPath", "") or "-"
+    return f"{kind}/{name} {field} {reason} {controller or '-'}"
 
 
 def verdict_of(g):
@@ -40,7 +40,7 @@ def lone_by_design(spans, window):
     stands for occurrences all through it, none of them alone as far as can be known."""
     spans = sorted(spans)
     lone = 0
-    for i, (first, last, count) in enumerate(spans):
+    for i, (first, _last, count) in enumerate(spans):
         if count != 1:
             continue
         others = spans[:i] + spans[i + 1:]

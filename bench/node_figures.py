@@ -54,18 +54,19 @@ def staleness(ns):
 
 def summary(ns, audit, restarts, stale_s, stale_n):
     kubelet = operator = 0
-    for line in open(audit):
-        e = json.loads(line)
-        ref = e.get("objectRef") or {}
-        if e.get("stage") != "ResponseComplete" or ref.get("resource") != "events":
-            continue
-        if ref.get("namespace") != ns or e["verb"] in ("get", "list", "watch"):
-            continue
-        agent = e.get("userAgent", "")
-        if agent.startswith("kubelet/") and ref.get("apiGroup", "") == "":
-            kubelet += 1
-        elif agent.startswith("event-series/") and ref.get("apiGroup") == "events.k8s.io":
-            operator += 1
+    with open(audit) as lines:
+        for line in lines:
+            e = json.loads(line)
+            ref = e.get("objectRef") or {}
+            if e.get("stage") != "ResponseComplete" or ref.get("resource") != "events":
+                continue
+            if ref.get("namespace") != ns or e["verb"] in ("get", "list", "watch"):
+                continue
+            agent = e.get("userAgent", "")
+            if agent.startswith("kubelet/") and ref.get("apiGroup", "") == "":
+                kubelet += 1
+            elif agent.startswith("event-series/") and ref.get("apiGroup") == "events.k8s.io":
+                operator += 1
     items = kubelets(ns)
     backoff = [e for e in items if e.get("reason") == "BackOff"]
     series = get(ns, "events.v1.events.k8s.io", "-l", "app.kubernetes.io/managed-by=event-series")

@@ -43,7 +43,7 @@ def esc(s):
 
 def main():
     data = {}
-    for label, approach, cols, colour, dashed in SERIES:
+    for label, approach, cols, _colour, _dashed in SERIES:
         rows = load(approach)
         if rows:
             data[label] = [(int(r["occurrences"]), sum(int(r[c]) for c in cols)) for r in rows]
@@ -68,8 +68,10 @@ def main():
         return T + ph * (1 - math.log10(max(1, y)) / ymax_exp)
 
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
-        'font-family="sans-serif" font-size="12">',
+        (
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
+            'font-family="sans-serif" font-size="12">'
+        ),
         f'<rect width="{W}" height="{H}" fill="white"/>',
     ]
     some = next(iter(meta.values()), {})
@@ -78,7 +80,7 @@ def main():
         title += f" ({some['pods']} pods x {some['rate']:g}/s x {some['duration_s']} s, real kube-apiserver)"
     out.append(f'<text x="{L}" y="24" font-size="15" font-weight="bold">{esc(title)}</text>')
     # Grid and axes.
-    for e in range(0, ymax_exp + 1):
+    for e in range(ymax_exp + 1):
         y = sy(10**e)
         out.append(f'<line x1="{L}" y1="{y:.1f}" x2="{L + pw}" y2="{y:.1f}" stroke="#ddd"/>')
         out.append(f'<text x="{L - 8}" y="{y + 4:.1f}" text-anchor="end">{10**e:,}</text>')
@@ -104,7 +106,7 @@ def main():
     out.append(f'<polyline points="{ref}" fill="none" stroke="#999" stroke-dasharray="2,4"/>')
     # Lines.
     ly = T + 10
-    for label, approach, cols, colour, dashed in SERIES:
+    for label, _approach, _cols, colour, dashed in SERIES:
         pts = data.get(label)
         if not pts:
             continue

@@ -115,8 +115,8 @@ def main():
     for p in result["points"]:
         by_axis.setdefault(p["axis"], []).append(p)
     W, H = 2 * PW, 2 * PH + 60
-    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
-           f'font-family="sans-serif" font-size="12">',
+    svg = [(f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
+            f'font-family="sans-serif" font-size="12">'),
            f'<rect width="{W}" height="{H}" fill="white"/>']
     for i, (axis, title, xlabel, lines) in enumerate(PANELS):
         pts = sorted(by_axis.get(axis, []), key=lambda p: p["x"])

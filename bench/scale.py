@@ -19,6 +19,7 @@ bytes it sent on watches of Events; etcd's puts. The operator's write-latency hi
 per kind.
 """
 
+import contextlib
 import datetime
 import glob
 import json
@@ -30,7 +31,7 @@ import urllib.request
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
-from keys import explain_by_writes, tally, verdict_of  # noqa: E402 - bench/ is on sys.path when run
+from keys import explain_by_writes, tally, verdict_of  # bench/, this file's folder, is on sys.path when it runs
 
 LOOP_SHARE = float(os.environ.get("LOOP_SHARE", "0.2"))
 UNSCHEDULABLE_SHARE = float(os.environ.get("UNSCHEDULABLE_SHARE", "0.02"))
@@ -45,14 +46,14 @@ CLK = os.sysconf("SC_CLK_TCK")
 
 
 def log(msg):
-    print("%s scale: %s" % (time.strftime("%H:%M:%S"), msg), file=sys.stderr, flush=True)
+    print(f"{time.strftime('%H:%M:%S')} scale: {msg}", file=sys.stderr, flush=True)
 
 
 def k(*args, stdin=None, timeout=600):
     r = subprocess.run([os.environ["KUBECTL"], "--kubeconfig", os.environ["KUBECONFIG"], *args], input=stdin,
-                       capture_output=True, text=True, timeout=timeout)
+                       capture_output=True, text=True, timeout=timeout, check=False)
     if r.returncode != 0:
-        raise RuntimeError("kubectl %s: %s" % (" ".join(args[:4]), r.stderr.strip()[:500]))
+        raise RuntimeError(f"kubectl {' '.join(args[:4])}: {r.stderr.strip()[:500]}")
     return r.stdout
 
 
@@ -77,14 +78,16 @@ def pid_of(name):
 
 
 def cpu_seconds(pid):
-    f = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
+    with open(f"/proc/{pid}/stat") as stat:
+        f = stat.read().rsplit(")", 1)[1].split()
     return (int(f[11]) + int(f[12])) / CLK
 
 
 def status_kib(pid, field):
-    for line in open("/proc/%d/status" % pid):
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
     return 0
 
 
@@ -94,10 +97,8 @@ def metrics(text):
     for line in text.splitlines():
         if line and not line.startswith("#"):
             name, _, value = line.rpartition(" ")
-            try:
+            with contextlib.suppress(ValueError):
                 out[name] = float(value)
-            except ValueError:
-                pass
     return out
 
 
@@ -121,7 +122,7 @@ def requests_by(before, after):
             continue
         labels = dict(part.split("=", 1) for part in name[len("apiserver_request_total{"):-1].split('",'))
         labels = {key: val.strip('"') for key, val in labels.items()}
-        key = "%s %s/%s" % (labels.get("verb"), labels.get("group") or "core", labels.get("resource"))
+        key = f"{labels.get('verb')} {labels.get('group') or 'core'}/{labels.get('resource')}"
         out[key] += v - before.get(name, 0)
     return {key: round(v) for key, v in sorted(out.items()) if v >= 1}
 
@@ -131,7 +132,7 @@ def quantile(m, kind, q):
     bucket (as PromQL's histogram_quantile does)."""
     buckets = sorted((float(name.split('le="')[1].split('"')[0]), v) for name, v in m.items()
                      if name.startswith("event_series_write_latency_seconds_bucket{")
-                     and 'kind="%s"' % kind in name)
+                     and f'kind="{kind}"' in name)
     total = buckets[-1][1] if buckets else 0
     if not total:
         return None
@@ -150,15 +151,16 @@ def finish_lateness(series, finish_after=180):
     (the Finished write) minus (lastObservedTime + finishAfter). p50, p99, max over every series."""
     last = {}
     for path in glob.glob(os.path.join(os.environ["CLUSTER_DIR"], "audit*.log")):
-        for line in open(path):
-            e = json.loads(line)
-            ref = e.get("objectRef") or {}
-            if e.get("stage") != "ResponseComplete" or ref.get("apiGroup") != "events.k8s.io" \
-                    or (e.get("responseStatus") or {}).get("code", 500) >= 300:
-                continue
-            at = parse_time(e["stageTimestamp"])
-            name = (ref.get("namespace"), ref.get("name"))
-            last[name] = max(last.get(name, at), at)
+        with open(path) as audit:
+            for line in audit:
+                e = json.loads(line)
+                ref = e.get("objectRef") or {}
+                if e.get("stage") != "ResponseComplete" or ref.get("apiGroup") != "events.k8s.io" \
+                        or (e.get("responseStatus") or {}).get("code", 500) >= 300:
+                    continue
+                at = parse_time(e["stageTimestamp"])
+                name = (ref.get("namespace"), ref.get("name"))
+                last[name] = max(last.get(name, at), at)
     late = sorted(last[(e["metadata"]["namespace"], e["metadata"]["name"])]
                   - parse_time((e.get("series") or {}).get("lastObservedTime") or e["eventTime"]) - finish_after
                   for e in series if (e["metadata"]["namespace"], e["metadata"]["name"]) in last)
@@ -174,14 +176,15 @@ def emitter_writes():
     empty without it)."""
     writes = defaultdict(list)
     for path in glob.glob(os.path.join(os.environ["CLUSTER_DIR"], "audit*.log")):
-        for line in open(path):
-            e = json.loads(line)
-            ref = e.get("objectRef") or {}
-            if e.get("stage") != "ResponseComplete" or ref.get("resource") != "events" or ref.get("apiGroup"):
-                continue
-            if e.get("verb") not in ("create", "patch") or (e.get("responseStatus") or {}).get("code", 500) >= 300:
-                continue
-            writes[(ref.get("namespace"), ref.get("name"))].append(parse_time(e["stageTimestamp"]))
+        with open(path) as audit:
+            for line in audit:
+                e = json.loads(line)
+                ref = e.get("objectRef") or {}
+                if e.get("stage") != "ResponseComplete" or ref.get("resource") != "events" or ref.get("apiGroup"):
+                    continue
+                if e.get("verb") not in ("create", "patch") or (e.get("responseStatus") or {}).get("code", 500) >= 300:
+                    continue
+                writes[(ref.get("namespace"), ref.get("name"))].append(parse_time(e["stageTimestamp"]))
     return writes
 
 
@@ -195,13 +198,13 @@ def workload(pods, namespaces):
     objs = {"nodes": [], "namespaces": [], "quotas": [], "replicasets": [], "pods": []}
     for i in range(nodes):
         objs["nodes"].append({"apiVersion": "v1", "kind": "Node", "metadata": {
-            "name": "kwok-%04d" % i, "annotations": {"kwok.x-k8s.io/node": "fake"},
-            "labels": {"type": "kwok", "kubernetes.io/hostname": "kwok-%04d" % i}}})
+            "name": f"kwok-{i:04d}", "annotations": {"kwok.x-k8s.io/node": "fake"},
+            "labels": {"type": "kwok", "kubernetes.io/hostname": f"kwok-{i:04d}"}}})
     per_ns = [pods // namespaces + (1 if i < pods % namespaces else 0) for i in range(namespaces)]
     container = [{"name": "main", "image": "registry.invalid/app:1"}]
     n = 0
     for i, count in enumerate(per_ns):
-        ns = "scale-%04d" % i
+        ns = f"scale-{i:04d}"
         objs["namespaces"].append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         # Room for this namespace's Pods and not one more: the ReplicaSet's Pod is refused.
         objs["quotas"].append({"apiVersion": "v1", "kind": "ResourceQuota",
@@ -219,7 +222,7 @@ def workload(pods, namespaces):
                 labels = {STOP: "true"}
                 spec["nodeSelector"] = {"bench.eventseries.dev/nowhere": "true"}
             objs["pods"].append({"apiVersion": "v1", "kind": "Pod",
-                                 "metadata": {"name": "p-%05d" % j, "namespace": ns, "labels": labels},
+                                 "metadata": {"name": f"p-{j:05d}", "namespace": ns, "labels": labels},
                                  "spec": spec})
             n += 1
     return objs
@@ -245,8 +248,8 @@ class Run:
             row["series_active"] = m.get("event_series_series_active", 0)
             row["writes_pending"] = m.get("event_series_writes_pending", 0)
         self.samples.append(row)
-        log("%(t)4d s: cpu %(cpu_s)s" % row + (" active %d pending %d" % (row["series_active"], row["writes_pending"])
-                                               if self.with_operator else ""))
+        active = f" active {int(row['series_active'])} pending {int(row['writes_pending'])}" if self.with_operator else ""
+        log(f"{int(row['t']):4d} s: cpu {row['cpu_s']}{active}")
 
     def setup(self):
         objs = workload(self.pods, self.namespaces)
@@ -267,8 +270,8 @@ class Run:
             time.sleep(2)
         create(objs["pods"], workers=6)
         create(objs["replicasets"])
-        log("created %d nodes, %d namespaces, %d pods in %.0f s" % (len(objs["nodes"]), self.namespaces,
-                                                                   self.pods, time.monotonic() - started))
+        log(f"created {len(objs['nodes'])} nodes, {int(self.namespaces)} namespaces, {int(self.pods)} pods"
+            f" in {time.monotonic() - started:.0f} s")
         return {"nodes": len(objs["nodes"]), "setup_s": round(time.monotonic() - started)}
 
     def stop_load(self):
@@ -349,7 +352,7 @@ class Run:
             result["operator_peak_rss_kib"] = status_kib(self.procs["operator"], "VmHWM")
             result["operator_rss_kib_end"] = status_kib(self.procs["operator"], "VmRSS")
             result["latency_s"] = {kind: {"p50": quantile(m, kind, 0.5), "p99": quantile(m, kind, 0.99),
-                                          "count": m.get('event_series_write_latency_seconds_count{kind="%s"}' % kind)}
+                                          "count": m.get(f'event_series_write_latency_seconds_count{{kind="{kind}"}}')}
                                    for kind in ("create", "heartbeat", "refresh", "finish")}
             result["operator"] = {name: m.get(name) for name in (
                 "event_series_occurrences_total", "event_series_series_started_total",
@@ -359,7 +362,7 @@ class Run:
             result["counts"] = self.check()
         with open(self.out, "w") as f:
             json.dump(result, f, indent=1)
-        log("done: %s" % json.dumps({key: result.get(key) for key in (
+        log("done: " + json.dumps({key: result.get(key) for key in (
             "cpu_percent", "core_event_writes_per_s", "latency_s", "counts")})[:1500])
 
 

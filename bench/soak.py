@@ -22,7 +22,7 @@ import time
 import urllib.request
 from collections import defaultdict
 
-from keys import lone_in_times, tally, verdict_of  # noqa: E402 - bench/ is on sys.path when run
+from keys import lone_in_times, tally, verdict_of  # bench/, this file's folder, is on sys.path when it runs
 
 NS = "event-series-system"
 MANAGED = "app.kubernetes.io/managed-by=event-series"
@@ -61,9 +61,9 @@ class Soak:
 
     def k(self, *args, stdin=None, timeout=90):
         r = subprocess.run([self.kubectl, "--kubeconfig", self.kubeconfig, *args], input=stdin,
-                           capture_output=True, text=True, timeout=timeout)
+                           capture_output=True, text=True, timeout=timeout, check=False)
         if r.returncode != 0:
-            raise RuntimeError("kubectl %s: %s" % (" ".join(args[:4]), r.stderr.strip()[:300]))
+            raise RuntimeError(f"kubectl {' '.join(args[:4])}: {r.stderr.strip()[:300]}")
         return r.stdout
 
     def kj(self, *args):
@@ -88,8 +88,8 @@ class Soak:
             detail, ok = {"error": str(e)[:500]}, False
         row = self.record("actions.jsonl", {"action": what, "ok": ok,
                                             "seconds": round(time.monotonic() - start, 1), **detail})
-        print("%s soak: %5.1f min %s %s %s" % (row["at"], row["t_min"], what, "ok" if ok else "FAILED",
-                                               json.dumps(detail)[:200]), file=sys.stderr, flush=True)
+        print(f"{row['at']} soak: {row['t_min']:5.1f} min {what} {'ok' if ok else 'FAILED'} {json.dumps(detail)[:200]}",
+              file=sys.stderr, flush=True)
         return ok
 
     # --- the workloads ---
@@ -110,7 +110,7 @@ class Soak:
         self.apply({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "pods", "namespace": ns},
                     "spec": {"hard": {"pods": str(CRASH_PODS + 1)}}})
         wait_until(60, lambda: self.kj("-n", ns, "get", "resourcequota", "pods").get("status", {}).get("hard"))
-        pods = [self.pod("crash-%d" % i, ["--no-such-flag"]) for i in range(CRASH_PODS)]
+        pods = [self.pod(f"crash-{i}", ["--no-such-flag"]) for i in range(CRASH_PODS)]
         pods.append(self.pod("unschedulable", ["--no-such-flag"], {"nodeSelector": {"soak": "nowhere"}}))
         for p in pods:
             # The namespace's default ServiceAccount comes from the controller-manager, a moment later.
@@ -175,20 +175,22 @@ class Soak:
 
     def restart_apiserver(self):
         pid_file = os.path.join(self.cluster, "apiserver.pid")
-        pid = int(open(pid_file).read().strip())
-        argv = open("/proc/%d/cmdline" % pid, "rb").read().split(b"\0")[:-1]
+        with open(pid_file) as f:
+            pid = int(f.read().strip())
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")[:-1]
         os.kill(pid, signal.SIGTERM)
         start = time.monotonic()
-        while os.path.exists("/proc/%d" % pid) and time.monotonic() - start < 60:
+        while os.path.exists(f"/proc/{pid}") and time.monotonic() - start < 60:
             time.sleep(0.2)
-        if os.path.exists("/proc/%d" % pid):
+        if os.path.exists(f"/proc/{pid}"):
             os.kill(pid, signal.SIGKILL)
             time.sleep(1)
         with open(os.path.join(self.cluster, "apiserver.log"), "ab") as log:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
         with open(pid_file, "w") as f:
-            f.write("%d\n" % proc.pid)
+            f.write(f"{proc.pid}\n")
         wait_until(180, lambda: self.ready())
         return {"old_pid": pid, "new_pid": proc.pid, "down_seconds": round(time.monotonic() - start, 1)}
 
@@ -223,7 +225,7 @@ class Soak:
         ctx = ssl.create_default_context()
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
-        req = urllib.request.Request("https://%s:8443/metrics" % ip,
+        req = urllib.request.Request(f"https://{ip}:8443/metrics",
                                      headers={"Authorization": "Bearer " + self.token})
         try:
             text = urllib.request.urlopen(req, context=ctx, timeout=5).read().decode()
@@ -252,7 +254,7 @@ class Soak:
         for line in text.splitlines():
             if not line.startswith("apiserver_request_total{") or 'resource="events"' not in line:
                 continue
-            if 'subresource=""' not in line or any('verb="%s"' % v in line for v in ("GET", "LIST", "WATCH")):
+            if 'subresource=""' not in line or any(f'verb="{v}"' in line for v in ("GET", "LIST", "WATCH")):
                 continue
             value = float(line.rpartition(" ")[2])
             if 'group=""' in line:
@@ -280,7 +282,7 @@ class Soak:
                 self.act("sample", lambda: self.record("samples.jsonl", self.sample()) and {})
                 next_sample += 1
             if starts and now >= starts[0]:
-                ns = "soak-%02d" % len(cycles)
+                ns = f"soak-{len(cycles):02d}"
                 cycles[ns] = {"start": starts.pop(0), "stopped": None, "checked": False}
                 self.act("start " + ns, self.start_cycle, ns)
             for ns, c in cycles.items():
@@ -317,7 +319,7 @@ class Soak:
             ns = ref.get("namespace") or ""
             if ns.startswith("soak-"):
                 agent = (e.get("userAgent") or "").split("/")[0]
-                writers[ns]["%s %s" % (agent, ref.get("apiGroup") or "core")] += 1
+                writers[ns][f"{agent} {ref.get('apiGroup') or 'core'}"] += 1
         with open(os.path.join(self.out, "writes.json"), "w") as f:
             json.dump(writers, f, indent=1, sort_keys=True)
         return {"namespaces": len(writers)}
@@ -329,7 +331,7 @@ def wait_until(seconds, fn):
         if fn():
             return
         time.sleep(1)
-    raise RuntimeError("not within %ds" % seconds)
+    raise RuntimeError(f"not within {int(seconds)}s")
 
 
 def operator_pids():
@@ -337,9 +339,11 @@ def operator_pids():
     out = {}
     for d in glob.glob("/proc/[0-9]*"):
         try:
-            if open(d + "/comm").read().strip() != "event-series":
-                continue
-            env = open(d + "/environ", "rb").read().split(b"\0")
+            with open(d + "/comm") as f:
+                if f.read().strip() != "event-series":
+                    continue
+            with open(d + "/environ", "rb") as f:
+                env = f.read().split(b"\0")
         except OSError:
             continue
         for kv in env:
@@ -350,9 +354,10 @@ def operator_pids():
 
 def proc_stats(pid):
     try:
-        status = dict(line.split(":", 1) for line in open("/proc/%d/status" % pid) if ":" in line)
+        with open(f"/proc/{pid}/status") as f:
+            status = dict(line.split(":", 1) for line in f if ":" in line)
         return {"pid": pid, "rss_kib": int(status["VmRSS"].split()[0]), "threads": int(status["Threads"]),
-                "fds": len(os.listdir("/proc/%d/fd" % pid))}
+                "fds": len(os.listdir(f"/proc/{pid}/fd"))}
     except (OSError, KeyError, ValueError):
         return {"pid": pid}
 
@@ -420,13 +425,20 @@ def explain(keys, cluster):
             k["lone_by_design"] = lone
 
 
+def read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
 def summarise(out, cluster=None):
-    samples = [json.loads(line) for line in open(os.path.join(out, "samples.jsonl"))]
-    keys = [json.loads(line) for line in open(os.path.join(out, "keys.jsonl"))] if os.path.exists(
-        os.path.join(out, "keys.jsonl")) else []
+    samples = read_jsonl(os.path.join(out, "samples.jsonl"))
+    keys = read_jsonl(os.path.join(out, "keys.jsonl")) if os.path.exists(os.path.join(out, "keys.jsonl")) else []
     explain(keys, cluster)
-    actions = [json.loads(line) for line in open(os.path.join(out, "actions.jsonl"))]
-    writes = json.load(open(os.path.join(out, "writes.json"))) if os.path.exists(os.path.join(out, "writes.json")) else {}
+    actions = read_jsonl(os.path.join(out, "actions.jsonl"))
+    writes = {}
+    if os.path.exists(os.path.join(out, "writes.json")):
+        with open(os.path.join(out, "writes.json")) as f:
+            writes = json.load(f)
     leaders = [dict(r, t_min=s["t_min"]) for s in samples for r in s.get("replicas", []) if r.get("leader") and "rss_kib" in r]
     everyone = [dict(r, t_min=s["t_min"]) for s in samples for r in s.get("replicas", []) if "rss_kib" in r]
     warm = [r for r in leaders if r["t_min"] >= 10]

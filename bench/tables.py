@@ -32,7 +32,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = ["docs/BENCHMARKS.md", "docs/FAULTS.md"]
-MARKER = re.compile(r"<!-- table: (\S+) (\S+) -->\n(.*?)<!-- /table -->\n", re.S)
+MARKER = re.compile(r"<!-- table: (\S+) (\S+) -->\n(.*?)<!-- /table -->\n", re.DOTALL)
 
 
 def n(v, digits=0):
@@ -41,7 +41,7 @@ def n(v, digits=0):
         return "-"
     if isinstance(v, float) and digits:
         return "{:,.{d}f}".format(v, d=digits)
-    return "{:,}".format(round(v))
+    return f"{round(v):,}"
 
 
 def table(header, rows):
@@ -206,7 +206,7 @@ def economy(d):
             held += "; series objects count {} in {}, {} Finished".format(
                 n(op["series_count_sum"]), n(op["series_objects"]), n(op["finished_objects"]))
         load = lambda m: (m or {}).get("loadavg", "?").split()[0]
-        rows.append([label, n(r["emitted"]), n(core), n(ev), "**{}**".format(n(total)),
+        rows.append([label, n(r["emitted"]), n(core), n(ev), f"**{n(total)}**",
                      n(1000 * total / max(r["emitted"], 1), 1), held,
                      "{} / {}".format(load(r.get("machine_start")), load(r.get("machine_end")))])
     return table(["approach", "occurrences emitted", "core/v1 writes (raw)", "events.k8s.io writes",
@@ -258,8 +258,7 @@ def ingest(d):
 
 def against_kubelet(got, want):
     """The series' summed counts beside the kubelet's occurrences, in bold when they differ."""
-    return "{}, the kubelet's exactly".format(n(got)) if got == want else "**{}, not the kubelet's {}**".format(
-        n(got), n(want))
+    return f"{n(got)}, the kubelet's exactly" if got == want else f"**{n(got)}, not the kubelet's {n(want)}**"
 
 
 def node(d):
@@ -332,7 +331,7 @@ def render(text, latest=False):
             path = newest(path, kind, arg)
         d = result(path)
         body = GENERATORS[kind](d, arg) if arg not in (None, "history") else GENERATORS[kind](d)
-        return "<!-- table: {} {} -->\n{}{}<!-- /table -->\n".format(name, path, body, source(d, path, kind))
+        return f"<!-- table: {name} {path} -->\n{body}{source(d, path, kind)}<!-- /table -->\n"
     return MARKER.sub(one, text)
 
 
@@ -344,7 +343,7 @@ OWN_VERSION = re.compile(r'(name = "event-series(?:-core)?"\n)version = "[^"]*"\
 
 
 def git(*args):
-    return subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True)
+    return subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True, check=False)
 
 
 def changed_since(commit, extra=()):
@@ -356,7 +355,7 @@ def changed_since(commit, extra=()):
     paths = [*CODE, *extra]
     out = [p for p in git("diff", "--name-only", commit, "HEAD", "--", *paths).stdout.split() if p not in MANIFESTS]
     for m in MANIFESTS:
-        old, new = git("show", "{}:{}".format(commit, m)), git("show", "HEAD:" + m)
+        old, new = git("show", f"{commit}:{m}"), git("show", "HEAD:" + m)
         if OWN_VERSION.sub(r"\1", old.stdout) != OWN_VERSION.sub(r"\1", new.stdout):
             out.append(m)
     return out
@@ -389,7 +388,7 @@ def stale_tables():
             if changed != []:
                 out.append((doc, m.group(1), m.group(2), commit[:7],
                             "uncommitted code, or a commit not in this clone" if changed is None else ", ".join(changed[:6])
-                            + (" and {} more".format(len(changed) - 6) if len(changed) > 6 else "")))
+                            + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")))
     return out
 
 
@@ -401,13 +400,13 @@ def main():
         # HEAD's operator code and PATHs (bench/all.sh's RESUME=1).
         found = sorted(glob.glob(os.path.join(ROOT, sys.argv[2])))
         if not found:
-            sys.exit("no result file matches {}".format(sys.argv[2]))
+            sys.exit(f"no result file matches {sys.argv[2]}")
         newest_file = os.path.relpath(found[-1], ROOT)
         changed = changed_since(result(newest_file).get("commit", "?"), sys.argv[3:])
         if changed != []:
             sys.exit("{} is not current ({})".format(newest_file, "unknown commit" if changed is None
                                                       else "changed since: " + ", ".join(changed[:6])))
-        print("{} is current".format(newest_file))
+        print(f"{newest_file} is current")
         return
     if sys.argv[1:] == ["--stale"]:
         for row in stale_tables():
