@@ -43,7 +43,7 @@ def lone_by_design(spans, window):
     for i, (first, _last, count) in enumerate(spans):
         if count != 1:
             continue
-        others = spans[:i] + spans[i + 1:]
+        others = spans[:i] + spans[i + 1 :]
         if all(first - o_last > window or o_first - first > window for o_first, o_last, _ in others):
             lone += 1
     return lone
@@ -54,12 +54,18 @@ def tally(raw, series, window=None):
 
     raw: core/v1 Events (the emitters'), series: events.k8s.io/v1 Events (event-series'). With
     `window` (seriesWindow in seconds), also the raw occurrences that stood alone by design."""
-    groups = defaultdict(lambda: {"raw": 0, "raw_objects": 0, "series": 0, "series_objects": 0, "states": [],
-                                  "spans": [], "names": []})
+    groups = defaultdict(
+        lambda: {"raw": 0, "raw_objects": 0, "series": 0, "series_objects": 0, "states": [], "spans": [], "names": []}
+    )
     for e in raw:
-        g = groups[e["metadata"]["namespace"], group_of(e.get("involvedObject") or {}, e.get("reason") or "",
-                                                        e.get("reportingComponent")
-                                                        or (e.get("source") or {}).get("component") or "")]
+        g = groups[
+            e["metadata"]["namespace"],
+            group_of(
+                e.get("involvedObject") or {},
+                e.get("reason") or "",
+                e.get("reportingComponent") or (e.get("source") or {}).get("component") or "",
+            ),
+        ]
         g["raw"] += occurrences(e)
         g["raw_objects"] += 1
         g["names"].append(e["metadata"]["name"])
@@ -67,8 +73,10 @@ def tally(raw, series, window=None):
         if first and last:
             g["spans"].append((seconds(first), seconds(last), occurrences(e)))
     for e in series:
-        g = groups[e["metadata"]["namespace"], group_of(e.get("regarding") or {}, e.get("reason") or "",
-                                                        e.get("reportingController") or "")]
+        g = groups[
+            e["metadata"]["namespace"],
+            group_of(e.get("regarding") or {}, e.get("reason") or "", e.get("reportingController") or ""),
+        ]
         g["series"] += (e.get("series") or {}).get("count", 1)
         g["series_objects"] += 1
         g["states"].append(e["metadata"].get("labels", {}).get("eventseries.dev/state"))

@@ -20,8 +20,12 @@ from datetime import datetime
 
 
 def get(ns, *args):
-    out = subprocess.run([os.environ["KUBECTL"], "--kubeconfig", os.environ["KUBECONFIG"], "-n", ns, "get", *args,
-                          "-o", "json"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [os.environ["KUBECTL"], "--kubeconfig", os.environ["KUBECONFIG"], "-n", ns, "get", *args, "-o", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return json.loads(out)["items"]
 
 
@@ -30,8 +34,11 @@ def t(s):
 
 
 def kubelets(ns):
-    return [e for e in get(ns, "events", "-l", "!app.kubernetes.io/managed-by")
-            if (e.get("source") or {}).get("component") == "kubelet"]
+    return [
+        e
+        for e in get(ns, "events", "-l", "!app.kubernetes.io/managed-by")
+        if (e.get("source") or {}).get("component") == "kubelet"
+    ]
 
 
 def staleness(ns):
@@ -74,14 +81,29 @@ def summary(ns, audit, restarts, stale_s, stale_n):
     def occ(es):
         return sum(max(e.get("count") or 1, 1) for e in es)
 
-    print(json.dumps({
-        "restarts": int(restarts or 0), "kubelet_writes": kubelet, "event_series_writes": operator,
-        "raw_occurrences": occ(items), "raw_objects": len(items),
-        "backoff_occurrences": occ(backoff), "backoff_objects": len(backoff),
-        "series": {e["reason"]: {"count": (e.get("series") or {}).get("count", 1),
-                                 "state": e["metadata"]["labels"]["eventseries.dev/state"]} for e in series},
-        "series_objects": len(series),
-        "largest_staleness_s": int(stale_s), "largest_occurrences_not_shown": int(stale_n)}))
+    print(
+        json.dumps(
+            {
+                "restarts": int(restarts or 0),
+                "kubelet_writes": kubelet,
+                "event_series_writes": operator,
+                "raw_occurrences": occ(items),
+                "raw_objects": len(items),
+                "backoff_occurrences": occ(backoff),
+                "backoff_objects": len(backoff),
+                "series": {
+                    e["reason"]: {
+                        "count": (e.get("series") or {}).get("count", 1),
+                        "state": e["metadata"]["labels"]["eventseries.dev/state"],
+                    }
+                    for e in series
+                },
+                "series_objects": len(series),
+                "largest_staleness_s": int(stale_s),
+                "largest_occurrences_not_shown": int(stale_n),
+            }
+        )
+    )
 
 
 def main():

@@ -94,9 +94,7 @@ def main():
         out.append(f'<text x="{px:.1f}" y="{T + ph + 18}" text-anchor="middle">{int(x):,}</text>')
         x += step
     out.append(f'<rect x="{L}" y="{T}" width="{pw}" height="{ph}" fill="none" stroke="#444"/>')
-    out.append(
-        f'<text x="{L + pw / 2}" y="{H - 18}" text-anchor="middle">occurrences emitted so far</text>'
-    )
+    out.append(f'<text x="{L + pw / 2}" y="{H - 18}" text-anchor="middle">occurrences emitted so far</text>')
     out.append(
         f'<text transform="translate(20,{T + ph / 2}) rotate(-90)" text-anchor="middle">'
         "API writes to events (log scale, apiserver_request_total)</text>"
@@ -122,8 +120,7 @@ def main():
         out.append(f'<text x="{L + pw + 46}" y="{ly + 18}" fill="#555">{final:,} writes</text>')
         ly += 40
     out.append(
-        f'<line x1="{L + pw + 15}" y1="{ly}" x2="{L + pw + 40}" y2="{ly}" stroke="#999" '
-        'stroke-dasharray="2,4"/>'
+        f'<line x1="{L + pw + 15}" y1="{ly}" x2="{L + pw + 40}" y2="{ly}" stroke="#999" stroke-dasharray="2,4"/>'
     )
     out.append(f'<text x="{L + pw + 46}" y="{ly + 4}">one write per occurrence</text>')
     for i, note in enumerate(

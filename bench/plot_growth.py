@@ -27,20 +27,42 @@ OUTPUT = sys.argv[2] if len(sys.argv) > 2 else os.path.join(ROOT, "docs", "growt
 
 # (axis, title, x label, [(y label, field, scale, colour, right-hand axis)])
 PANELS = [
-    ("series", "against active series", "series", [
-        ("steady RSS (MiB)", "steady_rss_kib", 1 / 1024, "#1f77b4", False),
-        ("restart peak RSS (MiB)", "restart_peak_rss_kib", 1 / 1024, "#9467bd", False),
-        ("restart (s)", "restart_ms", 1 / 1000, "#d62728", True)]),
-    ("stored", "against stored raw events (1,000 series)", "stored raw events", [
-        ("steady RSS (MiB)", "steady_rss_kib", 1 / 1024, "#1f77b4", False),
-        ("restart peak RSS (MiB)", "restart_peak_rss_kib", 1 / 1024, "#9467bd", False),
-        ("restart (s)", "restart_ms", 1 / 1000, "#d62728", True)]),
-    ("namespaces", "against namespaces (10,000 series)", "namespaces", [
-        ("steady RSS (MiB)", "steady_rss_kib", 1 / 1024, "#1f77b4", False),
-        ("restart peak RSS (MiB)", "restart_peak_rss_kib", 1 / 1024, "#9467bd", False),
-        ("restart (s)", "restart_ms", 1 / 1000, "#d62728", True)]),
-    ("message", "CPU per change against message size", "message bytes", [
-        ("CPU per change (µs)", "cpu_us_per_change", 1, "#2ca02c", False)]),
+    (
+        "series",
+        "against active series",
+        "series",
+        [
+            ("steady RSS (MiB)", "steady_rss_kib", 1 / 1024, "#1f77b4", False),
+            ("restart peak RSS (MiB)", "restart_peak_rss_kib", 1 / 1024, "#9467bd", False),
+            ("restart (s)", "restart_ms", 1 / 1000, "#d62728", True),
+        ],
+    ),
+    (
+        "stored",
+        "against stored raw events (1,000 series)",
+        "stored raw events",
+        [
+            ("steady RSS (MiB)", "steady_rss_kib", 1 / 1024, "#1f77b4", False),
+            ("restart peak RSS (MiB)", "restart_peak_rss_kib", 1 / 1024, "#9467bd", False),
+            ("restart (s)", "restart_ms", 1 / 1000, "#d62728", True),
+        ],
+    ),
+    (
+        "namespaces",
+        "against namespaces (10,000 series)",
+        "namespaces",
+        [
+            ("steady RSS (MiB)", "steady_rss_kib", 1 / 1024, "#1f77b4", False),
+            ("restart peak RSS (MiB)", "restart_peak_rss_kib", 1 / 1024, "#9467bd", False),
+            ("restart (s)", "restart_ms", 1 / 1000, "#d62728", True),
+        ],
+    ),
+    (
+        "message",
+        "CPU per change against message size",
+        "message bytes",
+        [("CPU per change (µs)", "cpu_us_per_change", 1, "#2ca02c", False)],
+    ),
 ]
 
 PW, PH = 430, 260  # one panel
@@ -62,8 +84,10 @@ def nice_max(v):
 
 
 def panel(ox, oy, title, xlabel, lines, points):
-    out = [f'<g transform="translate({ox},{oy})">',
-           f'<text x="{PW / 2}" y="18" text-anchor="middle" font-weight="bold">{esc(title)}</text>']
+    out = [
+        f'<g transform="translate({ox},{oy})">',
+        f'<text x="{PW / 2}" y="18" text-anchor="middle" font-weight="bold">{esc(title)}</text>',
+    ]
     if not points:
         out.append(f'<text x="{PW / 2}" y="{PH / 2}" text-anchor="middle">not measured</text></g>')
         return out
@@ -102,8 +126,7 @@ def panel(ox, oy, title, xlabel, lines, points):
         for x, y in pts:
             out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{colour}"/>')
         side = " (right axis)" if is_right else ""
-        out.append(f'<text x="{L}" y="{T + h + 50 + 12 * n}" font-size="11" fill="{colour}">'
-                   f'{esc(label + side)}</text>')
+        out.append(f'<text x="{L}" y="{T + h + 50 + 12 * n}" font-size="11" fill="{colour}">{esc(label + side)}</text>')
     out.append("</g>")
     return out
 
@@ -115,15 +138,18 @@ def main():
     for p in result["points"]:
         by_axis.setdefault(p["axis"], []).append(p)
     W, H = 2 * PW, 2 * PH + 60
-    svg = [(f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
-            f'font-family="sans-serif" font-size="12">'),
-           f'<rect width="{W}" height="{H}" fill="white"/>']
+    svg = [
+        (f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">'),
+        f'<rect width="{W}" height="{H}" fill="white"/>',
+    ]
     for i, (axis, title, xlabel, lines) in enumerate(PANELS):
         pts = sorted(by_axis.get(axis, []), key=lambda p: p["x"])
         svg += panel((i % 2) * PW, (i // 2) * PH, title, xlabel, lines, pts)
     m = result["machine"]
-    note = (f'bench/results/growth/{os.path.basename(SOURCE)}: commit {result["commit"][:7]}, '
-            f'{m["nproc"]} cores ({m["cpu"]}), load {m["loadavg"]}; operator flags {result["flags"]}')
+    note = (
+        f"bench/results/growth/{os.path.basename(SOURCE)}: commit {result['commit'][:7]}, "
+        f"{m['nproc']} cores ({m['cpu']}), load {m['loadavg']}; operator flags {result['flags']}"
+    )
     svg.append(f'<text x="10" y="{H - 20}" font-size="11">{esc(note)}</text>')
     svg.append("</svg>")
     with open(OUTPUT, "w") as f:

@@ -50,8 +50,14 @@ def log(msg):
 
 
 def k(*args, stdin=None, timeout=600):
-    r = subprocess.run([os.environ["KUBECTL"], "--kubeconfig", os.environ["KUBECONFIG"], *args], input=stdin,
-                       capture_output=True, text=True, timeout=timeout, check=False)
+    r = subprocess.run(
+        [os.environ["KUBECTL"], "--kubeconfig", os.environ["KUBECONFIG"], *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     if r.returncode != 0:
         raise RuntimeError(f"kubectl {' '.join(args[:4])}: {r.stderr.strip()[:500]}")
     return r.stdout
@@ -64,10 +70,14 @@ def listed(*args):
 
 def create(objects, workers=4, batch=250):
     """Creates objects with several kubectl processes at once, as many tenants would."""
-    batches = [objects[i:i + batch] for i in range(0, len(objects), batch)]
+    batches = [objects[i : i + batch] for i in range(0, len(objects), batch)]
     with ThreadPoolExecutor(workers) as pool:
-        list(pool.map(lambda b: k("create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                                        "items": b})), batches))
+        list(
+            pool.map(
+                lambda b: k("create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": b})),
+                batches,
+            )
+        )
 
 
 def pid_of(name):
@@ -120,7 +130,7 @@ def requests_by(before, after):
     for name, v in after.items():
         if not name.startswith("apiserver_request_total{"):
             continue
-        labels = dict(part.split("=", 1) for part in name[len("apiserver_request_total{"):-1].split('",'))
+        labels = dict(part.split("=", 1) for part in name[len("apiserver_request_total{") : -1].split('",'))
         labels = {key: val.strip('"') for key, val in labels.items()}
         key = f"{labels.get('verb')} {labels.get('group') or 'core'}/{labels.get('resource')}"
         out[key] += v - before.get(name, 0)
@@ -130,9 +140,11 @@ def requests_by(before, after):
 def quantile(m, kind, q):
     """The q-quantile of event_series_write_latency_seconds{kind}, interpolated linearly within its
     bucket (as PromQL's histogram_quantile does)."""
-    buckets = sorted((float(name.split('le="')[1].split('"')[0]), v) for name, v in m.items()
-                     if name.startswith("event_series_write_latency_seconds_bucket{")
-                     and f'kind="{kind}"' in name)
+    buckets = sorted(
+        (float(name.split('le="')[1].split('"')[0]), v)
+        for name, v in m.items()
+        if name.startswith("event_series_write_latency_seconds_bucket{") and f'kind="{kind}"' in name
+    )
     total = buckets[-1][1] if buckets else 0
     if not total:
         return None
@@ -155,19 +167,30 @@ def finish_lateness(series, finish_after=180):
             for line in audit:
                 e = json.loads(line)
                 ref = e.get("objectRef") or {}
-                if e.get("stage") != "ResponseComplete" or ref.get("apiGroup") != "events.k8s.io" \
-                        or (e.get("responseStatus") or {}).get("code", 500) >= 300:
+                if (
+                    e.get("stage") != "ResponseComplete"
+                    or ref.get("apiGroup") != "events.k8s.io"
+                    or (e.get("responseStatus") or {}).get("code", 500) >= 300
+                ):
                     continue
                 at = parse_time(e["stageTimestamp"])
                 name = (ref.get("namespace"), ref.get("name"))
                 last[name] = max(last.get(name, at), at)
-    late = sorted(last[(e["metadata"]["namespace"], e["metadata"]["name"])]
-                  - parse_time((e.get("series") or {}).get("lastObservedTime") or e["eventTime"]) - finish_after
-                  for e in series if (e["metadata"]["namespace"], e["metadata"]["name"]) in last)
+    late = sorted(
+        last[(e["metadata"]["namespace"], e["metadata"]["name"])]
+        - parse_time((e.get("series") or {}).get("lastObservedTime") or e["eventTime"])
+        - finish_after
+        for e in series
+        if (e["metadata"]["namespace"], e["metadata"]["name"]) in last
+    )
     if not late:
         return None
-    return {"series": len(late), "p50": round(late[len(late) // 2], 2),
-            "p99": round(late[min(len(late) - 1, int(len(late) * 0.99))], 2), "max": round(late[-1], 2)}
+    return {
+        "series": len(late),
+        "p50": round(late[len(late) // 2], 2),
+        "p99": round(late[min(len(late) - 1, int(len(late) * 0.99))], 2),
+        "max": round(late[-1], 2),
+    }
 
 
 def emitter_writes():
@@ -197,9 +220,17 @@ def workload(pods, namespaces):
     nodes = max(10, -(-pods // PODS_PER_NODE))
     objs = {"nodes": [], "namespaces": [], "quotas": [], "replicasets": [], "pods": []}
     for i in range(nodes):
-        objs["nodes"].append({"apiVersion": "v1", "kind": "Node", "metadata": {
-            "name": f"kwok-{i:04d}", "annotations": {"kwok.x-k8s.io/node": "fake"},
-            "labels": {"type": "kwok", "kubernetes.io/hostname": f"kwok-{i:04d}"}}})
+        objs["nodes"].append(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": f"kwok-{i:04d}",
+                    "annotations": {"kwok.x-k8s.io/node": "fake"},
+                    "labels": {"type": "kwok", "kubernetes.io/hostname": f"kwok-{i:04d}"},
+                },
+            }
+        )
     per_ns = [pods // namespaces + (1 if i < pods % namespaces else 0) for i in range(namespaces)]
     container = [{"name": "main", "image": "registry.invalid/app:1"}]
     n = 0
@@ -207,13 +238,26 @@ def workload(pods, namespaces):
         ns = f"scale-{i:04d}"
         objs["namespaces"].append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         # Room for this namespace's Pods and not one more: the ReplicaSet's Pod is refused.
-        objs["quotas"].append({"apiVersion": "v1", "kind": "ResourceQuota",
-                               "metadata": {"name": "pods", "namespace": ns}, "spec": {"hard": {"pods": str(count)}}})
-        objs["replicasets"].append({"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                                    "metadata": {"name": "refused", "namespace": ns},
-                                    "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "refused"}},
-                                             "template": {"metadata": {"labels": {"app": "refused"}},
-                                                          "spec": {"containers": container}}}})
+        objs["quotas"].append(
+            {
+                "apiVersion": "v1",
+                "kind": "ResourceQuota",
+                "metadata": {"name": "pods", "namespace": ns},
+                "spec": {"hard": {"pods": str(count)}},
+            }
+        )
+        objs["replicasets"].append(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "metadata": {"name": "refused", "namespace": ns},
+                "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": {"app": "refused"}},
+                    "template": {"metadata": {"labels": {"app": "refused"}}, "spec": {"containers": container}},
+                },
+            }
+        )
         for j in range(count):
             labels, spec = {}, {"containers": container, "terminationGracePeriodSeconds": 0}
             if (n % 1000) < LOOP_SHARE * 1000:
@@ -221,9 +265,14 @@ def workload(pods, namespaces):
             elif (n % 1000) < (LOOP_SHARE + UNSCHEDULABLE_SHARE) * 1000:
                 labels = {STOP: "true"}
                 spec["nodeSelector"] = {"bench.eventseries.dev/nowhere": "true"}
-            objs["pods"].append({"apiVersion": "v1", "kind": "Pod",
-                                 "metadata": {"name": f"p-{j:05d}", "namespace": ns, "labels": labels},
-                                 "spec": spec})
+            objs["pods"].append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": f"p-{j:05d}", "namespace": ns, "labels": labels},
+                    "spec": spec,
+                }
+            )
             n += 1
     return objs
 
@@ -241,14 +290,19 @@ class Run:
         return {name: cpu_seconds(pid) for name, pid in self.procs.items() if pid}
 
     def sample(self, t0, cpu0):
-        row = {"t": round(time.monotonic() - t0), "cpu_s": {n: round(v - cpu0[n], 2) for n, v in self.cpu().items()},
-               "rss_kib": {n: status_kib(pid, "VmRSS") for n, pid in self.procs.items() if pid}}
+        row = {
+            "t": round(time.monotonic() - t0),
+            "cpu_s": {n: round(v - cpu0[n], 2) for n, v in self.cpu().items()},
+            "rss_kib": {n: status_kib(pid, "VmRSS") for n, pid in self.procs.items() if pid},
+        }
         if self.with_operator:
             m = operator_metrics()
             row["series_active"] = m.get("event_series_series_active", 0)
             row["writes_pending"] = m.get("event_series_writes_pending", 0)
         self.samples.append(row)
-        active = f" active {int(row['series_active'])} pending {int(row['writes_pending'])}" if self.with_operator else ""
+        active = (
+            f" active {int(row['series_active'])} pending {int(row['writes_pending'])}" if self.with_operator else ""
+        )
         log(f"{int(row['t']):4d} s: cpu {row['cpu_s']}{active}")
 
     def setup(self):
@@ -256,9 +310,11 @@ class Run:
         started = time.monotonic()
         create(objs["nodes"])
         deadline = time.monotonic() + 300
-        while sum(1 for n in listed("nodes", "-l", "type=kwok") if any(
-                c["type"] == "Ready" and c["status"] == "True" for c in n.get("status", {}).get("conditions", []))) \
-                < len(objs["nodes"]):
+        while sum(
+            1
+            for n in listed("nodes", "-l", "type=kwok")
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in n.get("status", {}).get("conditions", []))
+        ) < len(objs["nodes"]):
             if time.monotonic() > deadline:
                 raise RuntimeError("kwok's Nodes not Ready within 300 s")
             time.sleep(2)
@@ -270,8 +326,10 @@ class Run:
             time.sleep(2)
         create(objs["pods"], workers=6)
         create(objs["replicasets"])
-        log(f"created {len(objs['nodes'])} nodes, {int(self.namespaces)} namespaces, {int(self.pods)} pods"
-            f" in {time.monotonic() - started:.0f} s")
+        log(
+            f"created {len(objs['nodes'])} nodes, {int(self.namespaces)} namespaces, {int(self.pods)} pods"
+            f" in {time.monotonic() - started:.0f} s"
+        )
         return {"nodes": len(objs["nodes"]), "setup_s": round(time.monotonic() - started)}
 
     def stop_load(self):
@@ -302,27 +360,57 @@ class Run:
             if v in ("exact", "lone"):
                 continue
             # Everything known about the key, to tell an occurrence alone by design from one lost.
-            row = {"namespace": key[0], "key": key[1], "verdict": v, **g,
-                   "raw_spans": [[by_name[(key[0], n)].get("firstTimestamp"), by_name[(key[0], n)].get("lastTimestamp"),
-                                  by_name[(key[0], n)].get("count")] for n in g["names"]],
-                   "writes": sorted(round(t, 3) for n in g["names"] for t in writes.get((key[0], n), [])),
-                   "series_spans": [[e.get("eventTime"), (e.get("series") or {}).get("lastObservedTime"),
-                                     (e.get("series") or {}).get("count")] for e in series
-                                    if e["metadata"]["namespace"] == key[0]
-                                    and e.get("reason") == key[1].split(" ")[2]
-                                    and (e.get("regarding") or {}).get("name") == key[1].split(" ")[0].split("/", 1)[-1]]}
+            row = {
+                "namespace": key[0],
+                "key": key[1],
+                "verdict": v,
+                **g,
+                "raw_spans": [
+                    [
+                        by_name[(key[0], n)].get("firstTimestamp"),
+                        by_name[(key[0], n)].get("lastTimestamp"),
+                        by_name[(key[0], n)].get("count"),
+                    ]
+                    for n in g["names"]
+                ],
+                "writes": sorted(round(t, 3) for n in g["names"] for t in writes.get((key[0], n), [])),
+                "series_spans": [
+                    [
+                        e.get("eventTime"),
+                        (e.get("series") or {}).get("lastObservedTime"),
+                        (e.get("series") or {}).get("count"),
+                    ]
+                    for e in series
+                    if e["metadata"]["namespace"] == key[0]
+                    and e.get("reason") == key[1].split(" ")[2]
+                    and (e.get("regarding") or {}).get("name") == key[1].split(" ")[0].split("/", 1)[-1]
+                ],
+            }
             (differs if v == "differs" else explained).append(row)
-        return {"keys": dict(verdicts), "differs": differs[:200], "explained": explained[:50], "raw_objects": len(raw),
-                "finish_lateness_s": finish_lateness(series),
-                "raw_occurrences": sum(g["raw"] for g in groups.values()),
-                "series_objects": len(series), "occurrences_in_series": sum(g["series"] for g in groups.values()),
-                "series_not_finished": sum(1 for e in series if e["metadata"].get("labels", {}).get(
-                    "eventseries.dev/state") != "Finished")}
+        return {
+            "keys": dict(verdicts),
+            "differs": differs[:200],
+            "explained": explained[:50],
+            "raw_objects": len(raw),
+            "finish_lateness_s": finish_lateness(series),
+            "raw_occurrences": sum(g["raw"] for g in groups.values()),
+            "series_objects": len(series),
+            "occurrences_in_series": sum(g["series"] for g in groups.values()),
+            "series_not_finished": sum(
+                1 for e in series if e["metadata"].get("labels", {}).get("eventseries.dev/state") != "Finished"
+            ),
+        }
 
     def run(self):
-        result = {"label": self.label, "pods": self.pods, "namespaces": self.namespaces,
-                  "operator": self.with_operator, "load_minutes": LOAD_MINUTES, "loop_share": LOOP_SHARE,
-                  "unschedulable_share": UNSCHEDULABLE_SHARE}
+        result = {
+            "label": self.label,
+            "pods": self.pods,
+            "namespaces": self.namespaces,
+            "operator": self.with_operator,
+            "load_minutes": LOAD_MINUTES,
+            "loop_share": LOOP_SHARE,
+            "unschedulable_share": UNSCHEDULABLE_SHARE,
+        }
         result.update(self.setup())
         api0, etcd0, cpu0, t0 = apiserver_metrics(), etcd_metrics(), self.cpu(), time.monotonic()
         while time.monotonic() - t0 < LOAD_MINUTES * 60:
@@ -330,40 +418,66 @@ class Run:
             self.sample(t0, cpu0)
         api1, etcd1, cpu1 = apiserver_metrics(), etcd_metrics(), self.cpu()
         window = time.monotonic() - t0
-        core_event_writes = sum(v for key, v in requests_by(api0, api1).items()
-                                if key.endswith(" core/events") and key.split()[0] in ("POST", "PATCH", "PUT"))
-        watch_bytes = sum(v - api0.get(n, 0) for n, v in api1.items()
-                          if n.startswith("apiserver_watch_events_sizes_sum{") and 'resource="events"' in n
-                          and 'group=""' in n)
-        result.update({
-            "window_s": round(window),
-            "cpu_percent": {n: round(100 * (cpu1[n] - cpu0[n]) / window, 1) for n in cpu1},
-            "requests": requests_by(api0, api1),
-            "core_event_writes_per_s": round(core_event_writes / window, 1),
-            "watch_bytes_core_events": round(watch_bytes),
-            "etcd_puts": round(sum(v - etcd0.get(n, 0) for n, v in etcd1.items() if n.startswith("etcd_mvcc_put_total"))),
-            "etcd_txns": round(sum(v - etcd0.get(n, 0) for n, v in etcd1.items() if n.startswith("etcd_mvcc_txn_total"))),
-            "samples": self.samples,
-        })
+        core_event_writes = sum(
+            v
+            for key, v in requests_by(api0, api1).items()
+            if key.endswith(" core/events") and key.split()[0] in ("POST", "PATCH", "PUT")
+        )
+        watch_bytes = sum(
+            v - api0.get(n, 0)
+            for n, v in api1.items()
+            if n.startswith("apiserver_watch_events_sizes_sum{") and 'resource="events"' in n and 'group=""' in n
+        )
+        result.update(
+            {
+                "window_s": round(window),
+                "cpu_percent": {n: round(100 * (cpu1[n] - cpu0[n]) / window, 1) for n in cpu1},
+                "requests": requests_by(api0, api1),
+                "core_event_writes_per_s": round(core_event_writes / window, 1),
+                "watch_bytes_core_events": round(watch_bytes),
+                "etcd_puts": round(
+                    sum(v - etcd0.get(n, 0) for n, v in etcd1.items() if n.startswith("etcd_mvcc_put_total"))
+                ),
+                "etcd_txns": round(
+                    sum(v - etcd0.get(n, 0) for n, v in etcd1.items() if n.startswith("etcd_mvcc_txn_total"))
+                ),
+                "samples": self.samples,
+            }
+        )
         self.stop_load()
         if self.with_operator:
             result["drain_s"] = self.drain()
             m = operator_metrics()
             result["operator_peak_rss_kib"] = status_kib(self.procs["operator"], "VmHWM")
             result["operator_rss_kib_end"] = status_kib(self.procs["operator"], "VmRSS")
-            result["latency_s"] = {kind: {"p50": quantile(m, kind, 0.5), "p99": quantile(m, kind, 0.99),
-                                          "count": m.get(f'event_series_write_latency_seconds_count{{kind="{kind}"}}')}
-                                   for kind in ("create", "heartbeat", "refresh", "finish")}
-            result["operator"] = {name: m.get(name) for name in (
-                "event_series_occurrences_total", "event_series_series_started_total",
-                "event_series_series_finished_total", "event_series_watch_restarts_total",
-                "event_series_watch_relists_total")}
+            result["latency_s"] = {
+                kind: {
+                    "p50": quantile(m, kind, 0.5),
+                    "p99": quantile(m, kind, 0.99),
+                    "count": m.get(f'event_series_write_latency_seconds_count{{kind="{kind}"}}'),
+                }
+                for kind in ("create", "heartbeat", "refresh", "finish")
+            }
+            result["operator"] = {
+                name: m.get(name)
+                for name in (
+                    "event_series_occurrences_total",
+                    "event_series_series_started_total",
+                    "event_series_series_finished_total",
+                    "event_series_watch_restarts_total",
+                    "event_series_watch_relists_total",
+                )
+            }
             result["operator_writes"] = {n: v for n, v in m.items() if n.startswith("event_series_api_requests_total")}
             result["counts"] = self.check()
         with open(self.out, "w") as f:
             json.dump(result, f, indent=1)
-        log("done: " + json.dumps({key: result.get(key) for key in (
-            "cpu_percent", "core_event_writes_per_s", "latency_s", "counts")})[:1500])
+        log(
+            "done: "
+            + json.dumps(
+                {key: result.get(key) for key in ("cpu_percent", "core_event_writes_per_s", "latency_s", "counts")}
+            )[:1500]
+        )
 
 
 def main():

@@ -17,20 +17,30 @@ def step_row(r):
     lat = r.get("latency_s") or {}
     counts = r.get("counts") or {}
     return {
-        "label": r["label"], "pods": r["pods"], "namespaces": r["namespaces"], "nodes": r.get("nodes"),
+        "label": r["label"],
+        "pods": r["pods"],
+        "namespaces": r["namespaces"],
+        "nodes": r.get("nodes"),
         "core_event_writes_per_s": r["core_event_writes_per_s"],
-        "create_p50_s": (lat.get("create") or {}).get("p50"), "create_p99_s": (lat.get("create") or {}).get("p99"),
+        "create_p50_s": (lat.get("create") or {}).get("p50"),
+        "create_p99_s": (lat.get("create") or {}).get("p99"),
         "heartbeat_p99_s": (lat.get("heartbeat") or {}).get("p99"),
         "finish_p99_s_histogram": (lat.get("finish") or {}).get("p99"),
         "finish_lateness_s": counts.get("finish_lateness_s"),
-        "operator_cpu_percent": cpu.get("operator"), "apiserver_cpu_percent": cpu.get("apiserver"),
+        "operator_cpu_percent": cpu.get("operator"),
+        "apiserver_cpu_percent": cpu.get("apiserver"),
         "operator_cpu_share_of_apiserver": round(cpu["operator"] / cpu["apiserver"], 3)
-        if cpu.get("operator") is not None and cpu.get("apiserver") else None,
-        "operator_peak_rss_mib": round(r["operator_peak_rss_kib"] / 1024, 1) if r.get("operator_peak_rss_kib") else None,
+        if cpu.get("operator") is not None and cpu.get("apiserver")
+        else None,
+        "operator_peak_rss_mib": round(r["operator_peak_rss_kib"] / 1024, 1)
+        if r.get("operator_peak_rss_kib")
+        else None,
         "watch_bytes_per_s": round(r["watch_bytes_core_events"] / r["window_s"]),
-        "keys": counts.get("keys"), "series_objects": counts.get("series_objects"),
+        "keys": counts.get("keys"),
+        "series_objects": counts.get("series_objects"),
         "series_not_finished": counts.get("series_not_finished"),
-        "raw_occurrences": counts.get("raw_occurrences"), "occurrences_in_series": counts.get("occurrences_in_series"),
+        "raw_occurrences": counts.get("raw_occurrences"),
+        "occurrences_in_series": counts.get("occurrences_in_series"),
     }
 
 
@@ -43,8 +53,11 @@ def bill(runs):
             continue
         reqs = r["requests"]
         out[label] = {
-            "apiserver_cpu_percent": r["cpu_percent"].get("apiserver"), "etcd_cpu_percent": r["cpu_percent"].get("etcd"),
-            "etcd_puts": r["etcd_puts"], "etcd_txns": r["etcd_txns"], "window_s": r["window_s"],
+            "apiserver_cpu_percent": r["cpu_percent"].get("apiserver"),
+            "etcd_cpu_percent": r["cpu_percent"].get("etcd"),
+            "etcd_puts": r["etcd_puts"],
+            "etcd_txns": r["etcd_txns"],
+            "window_s": r["window_s"],
             "requests_total": sum(reqs.values()),
             "events_requests": {key: v for key, v in reqs.items() if key.endswith("/events")},
             "lease_requests": sum(v for key, v in reqs.items() if key.endswith("coordination.k8s.io/leases")),
@@ -68,10 +81,16 @@ def main():
         if name.endswith(".json") and name not in ("run.json", "summary.json"):
             r = load(os.path.join(d, name))
             runs[r["label"]] = r
-    summary = {"commit": meta["commit"], "machine": meta["machine"], "flags": meta,
-               "steps": [step_row(r) for r in sorted((r for label, r in runs.items() if label.startswith("step-")),
-                                                  key=lambda r: r["pods"])],
-               "bill": bill(runs)}
+    summary = {
+        "commit": meta["commit"],
+        "machine": meta["machine"],
+        "flags": meta,
+        "steps": [
+            step_row(r)
+            for r in sorted((r for label, r in runs.items() if label.startswith("step-")), key=lambda r: r["pods"])
+        ],
+        "bill": bill(runs),
+    }
     with open(os.path.join(d, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     print(json.dumps(summary, indent=1))

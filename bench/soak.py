@@ -9,6 +9,7 @@ Every action is logged to OUT/actions.jsonl, every minute's sample to OUT/sample
 checked key to OUT/keys.jsonl, so a summary can be recomputed without re-running two hours. An
 action that fails is logged and the soak goes on: the summary counts failures.
 """
+
 import datetime
 import glob
 import json
@@ -60,8 +61,14 @@ class Soak:
         return (time.monotonic() - self.t0) / 60
 
     def k(self, *args, stdin=None, timeout=90):
-        r = subprocess.run([self.kubectl, "--kubeconfig", self.kubeconfig, *args], input=stdin,
-                           capture_output=True, text=True, timeout=timeout, check=False)
+        r = subprocess.run(
+            [self.kubectl, "--kubeconfig", self.kubeconfig, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
         if r.returncode != 0:
             raise RuntimeError(f"kubectl {' '.join(args[:4])}: {r.stderr.strip()[:300]}")
         return r.stdout
@@ -86,41 +93,80 @@ class Soak:
             ok = True
         except Exception as e:  # noqa: BLE001 - a soak goes on; the failure is in the summary
             detail, ok = {"error": str(e)[:500]}, False
-        row = self.record("actions.jsonl", {"action": what, "ok": ok,
-                                            "seconds": round(time.monotonic() - start, 1), **detail})
-        print(f"{row['at']} soak: {row['t_min']:5.1f} min {what} {'ok' if ok else 'FAILED'} {json.dumps(detail)[:200]}",
-              file=sys.stderr, flush=True)
+        row = self.record(
+            "actions.jsonl", {"action": what, "ok": ok, "seconds": round(time.monotonic() - start, 1), **detail}
+        )
+        print(
+            f"{row['at']} soak: {row['t_min']:5.1f} min {what} {'ok' if ok else 'FAILED'} {json.dumps(detail)[:200]}",
+            file=sys.stderr,
+            flush=True,
+        )
         return ok
 
     # --- the workloads ---
 
     def pod(self, name, args, extra=None):
-        spec = {"restartPolicy": "Always", "dnsPolicy": "Default", "automountServiceAccountToken": False,
-                "terminationGracePeriodSeconds": 1,
-                "containers": [{"name": "main", "image": self.image, "imagePullPolicy": "IfNotPresent",
-                                "args": args,
-                                "resources": {"requests": {"cpu": "1m", "memory": "8Mi"},
-                                              "limits": {"cpu": "100m", "memory": "32Mi"}}}]}
+        spec = {
+            "restartPolicy": "Always",
+            "dnsPolicy": "Default",
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": self.image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "args": args,
+                    "resources": {
+                        "requests": {"cpu": "1m", "memory": "8Mi"},
+                        "limits": {"cpu": "100m", "memory": "32Mi"},
+                    },
+                }
+            ],
+        }
         spec.update(extra or {})
         return {"metadata": {"name": name, "labels": {"soak": name}}, "spec": spec}
 
     def start_cycle(self, ns):
         self.k("create", "namespace", ns)
         # Room for the crash loops and the unschedulable Pod, none for the Deployment's Pod.
-        self.apply({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "pods", "namespace": ns},
-                    "spec": {"hard": {"pods": str(CRASH_PODS + 1)}}})
+        self.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "ResourceQuota",
+                "metadata": {"name": "pods", "namespace": ns},
+                "spec": {"hard": {"pods": str(CRASH_PODS + 1)}},
+            }
+        )
         wait_until(60, lambda: self.kj("-n", ns, "get", "resourcequota", "pods").get("status", {}).get("hard"))
         pods = [self.pod(f"crash-{i}", ["--no-such-flag"]) for i in range(CRASH_PODS)]
         pods.append(self.pod("unschedulable", ["--no-such-flag"], {"nodeSelector": {"soak": "nowhere"}}))
         for p in pods:
             # The namespace's default ServiceAccount comes from the controller-manager, a moment later.
-            wait_until(60, lambda p=p: self.try_apply({"apiVersion": "v1", "kind": "Pod",
-                                                       "metadata": {**p["metadata"], "namespace": ns},
-                                                       "spec": p["spec"]}))
+            wait_until(
+                60,
+                lambda p=p: self.try_apply(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "metadata": {**p["metadata"], "namespace": ns},
+                        "spec": p["spec"],
+                    }
+                ),
+            )
         tpl = self.pod("refused", ["--no-such-flag"])
-        self.apply({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "refused", "namespace": ns},
-                    "spec": {"replicas": 1, "selector": {"matchLabels": {"soak": "refused"}},
-                             "template": {"metadata": {"labels": {"soak": "refused"}}, "spec": tpl["spec"]}}})
+        self.apply(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "refused", "namespace": ns},
+                "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": {"soak": "refused"}},
+                    "template": {"metadata": {"labels": {"soak": "refused"}}, "spec": tpl["spec"]},
+                },
+            }
+        )
         return {"namespace": ns, "loops": CRASH_PODS + 2}
 
     def try_apply(self, obj):
@@ -170,8 +216,11 @@ class Soak:
                 continue
             if new and new != holder:
                 break
-        return {"deleted": holder, "new_holder": new,
-                "handover_seconds": round(time.monotonic() - start, 1) if new != holder else None}
+        return {
+            "deleted": holder,
+            "new_holder": new,
+            "handover_seconds": round(time.monotonic() - start, 1) if new != holder else None,
+        }
 
     def restart_apiserver(self):
         pid_file = os.path.join(self.cluster, "apiserver.pid")
@@ -187,8 +236,9 @@ class Soak:
             os.kill(pid, signal.SIGKILL)
             time.sleep(1)
         with open(os.path.join(self.cluster, "apiserver.log"), "ab") as log:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         with open(pid_file, "w") as f:
             f.write(f"{proc.pid}\n")
         wait_until(180, lambda: self.ready())
@@ -209,8 +259,12 @@ class Soak:
         replicas = []
         for p in pods:
             name = p["metadata"]["name"]
-            r = {"pod": name, "leader": name == holder, "phase": p["status"].get("phase"),
-                 "restarts": sum(c.get("restartCount", 0) for c in p["status"].get("containerStatuses") or [])}
+            r = {
+                "pod": name,
+                "leader": name == holder,
+                "phase": p["status"].get("phase"),
+                "restarts": sum(c.get("restartCount", 0) for c in p["status"].get("containerStatuses") or []),
+            }
             pid = pids.get(name)
             if pid:
                 r.update(proc_stats(pid))
@@ -225,14 +279,16 @@ class Soak:
         ctx = ssl.create_default_context()
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
-        req = urllib.request.Request(f"https://{ip}:8443/metrics",
-                                     headers={"Authorization": "Bearer " + self.token})
+        req = urllib.request.Request(f"https://{ip}:8443/metrics", headers={"Authorization": "Bearer " + self.token})
         try:
             text = urllib.request.urlopen(req, context=ctx, timeout=5).read().decode()
         except Exception as e:  # noqa: BLE001 - a replica going away mid-scrape is normal here
             return {"metrics_error": str(e)[:120]}
-        want = {"event_series_runtime_tasks": "tasks", "event_series_series_active": "series_active",
-                "event_series_writes_pending": "writes_pending"}
+        want = {
+            "event_series_runtime_tasks": "tasks",
+            "event_series_series_active": "series_active",
+            "event_series_writes_pending": "writes_pending",
+        }
         out = {"api_requests": 0}
         for line in text.splitlines():
             if line.startswith("#"):
@@ -266,16 +322,28 @@ class Soak:
     # --- the schedule ---
 
     def run(self):
-        self.image = self.kj("-n", NS, "get", "deployment", "event-series")["spec"]["template"]["spec"]["containers"][0]["image"]
+        self.image = self.kj("-n", NS, "get", "deployment", "event-series")["spec"]["template"]["spec"]["containers"][
+            0
+        ]["image"]
         self.token = self.k("-n", NS, "create", "token", "soak-metrics", "--duration=12h").strip()
         starts = [i * CYCLE_EVERY for i in range(1000) if i * CYCLE_EVERY + CYCLE_LIFE <= MINUTES - 10]
         leader_at = [m * LEADER_EVERY for m in range(1, 1000) if m * LEADER_EVERY < MINUTES - 10]
         apiserver_at = list(APISERVER_AT)
         cycles = {}  # ns -> {"start", "stopped"}
         next_sample = 0.0
-        self.record("actions.jsonl", {"action": "plan", "ok": True, "cycles": starts, "leader_deletes": leader_at,
-                                      "apiserver_restarts": apiserver_at, "minutes": MINUTES,
-                                      "crash_pods": CRASH_PODS, "image": self.image})
+        self.record(
+            "actions.jsonl",
+            {
+                "action": "plan",
+                "ok": True,
+                "cycles": starts,
+                "leader_deletes": leader_at,
+                "apiserver_restarts": apiserver_at,
+                "minutes": MINUTES,
+                "crash_pods": CRASH_PODS,
+                "image": self.image,
+            },
+        )
         while True:
             now = self.minute()
             if now >= next_sample:
@@ -356,8 +424,12 @@ def proc_stats(pid):
     try:
         with open(f"/proc/{pid}/status") as f:
             status = dict(line.split(":", 1) for line in f if ":" in line)
-        return {"pid": pid, "rss_kib": int(status["VmRSS"].split()[0]), "threads": int(status["Threads"]),
-                "fds": len(os.listdir(f"/proc/{pid}/fd"))}
+        return {
+            "pid": pid,
+            "rss_kib": int(status["VmRSS"].split()[0]),
+            "threads": int(status["Threads"]),
+            "fds": len(os.listdir(f"/proc/{pid}/fd")),
+        }
     except (OSError, KeyError, ValueError):
         return {"pid": pid}
 
@@ -371,7 +443,9 @@ def occurrence_times(cluster):
     for e, ref in event_writes(cluster):
         if e.get("verb") not in ("create", "patch") or (e.get("responseStatus") or {}).get("code", 500) >= 300:
             continue
-        if (e.get("userAgent") or "").startswith("event-series/") or not (ref.get("namespace") or "").startswith("soak-"):
+        if (e.get("userAgent") or "").startswith("event-series/") or not (ref.get("namespace") or "").startswith(
+            "soak-"
+        ):
             continue
         at = datetime.datetime.fromisoformat(e["stageTimestamp"].replace("Z", "+00:00")).timestamp()
         times[(ref["namespace"], ref["name"].rsplit(".", 1)[0])].append(at)
@@ -439,7 +513,9 @@ def summarise(out, cluster=None):
     if os.path.exists(os.path.join(out, "writes.json")):
         with open(os.path.join(out, "writes.json")) as f:
             writes = json.load(f)
-    leaders = [dict(r, t_min=s["t_min"]) for s in samples for r in s.get("replicas", []) if r.get("leader") and "rss_kib" in r]
+    leaders = [
+        dict(r, t_min=s["t_min"]) for s in samples for r in s.get("replicas", []) if r.get("leader") and "rss_kib" in r
+    ]
     everyone = [dict(r, t_min=s["t_min"]) for s in samples for r in s.get("replicas", []) if "rss_kib" in r]
     warm = [r for r in leaders if r["t_min"] >= 10]
     half = len(warm) // 2
@@ -456,11 +532,16 @@ def summarise(out, cluster=None):
         "leader_first_half": {f: stat(warm[:half], f) for f in ("rss_kib", "fds", "threads", "tasks")},
         "leader_second_half": {f: stat(warm[half:], f) for f in ("rss_kib", "fds", "threads", "tasks")},
         "any_replica_max": {f: (stat(everyone, f) or {}).get("max") for f in ("rss_kib", "fds", "threads", "tasks")},
-        "tenures": {pod: {"from_min": rows[0]["t_min"], "to_min": rows[-1]["t_min"],
-                          "rss_kib": [rows[0]["rss_kib"], rows[-1]["rss_kib"]],
-                          "fds": [rows[0].get("fds"), rows[-1].get("fds")],
-                          "tasks": [rows[0].get("tasks"), rows[-1].get("tasks")]}
-                    for pod, rows in tenures.items()},
+        "tenures": {
+            pod: {
+                "from_min": rows[0]["t_min"],
+                "to_min": rows[-1]["t_min"],
+                "rss_kib": [rows[0]["rss_kib"], rows[-1]["rss_kib"]],
+                "fds": [rows[0].get("fds"), rows[-1].get("fds")],
+                "tasks": [rows[0].get("tasks"), rows[-1].get("tasks")],
+            }
+            for pod, rows in tenures.items()
+        },
         "container_restarts": max((r.get("restarts", 0) for r in everyone), default=0),
         "keys": {v: sum(1 for k in keys if k["verdict"] == v) for v in ("exact", "lone", "differs")},
         "occurrences_in_series": sum(k["series"] for k in keys),
@@ -477,15 +558,28 @@ def summarise(out, cluster=None):
     op = [sum(v for w, v in per.items() if w.startswith("event-series events.k8s.io")) for per in writes.values()]
     emitters = [sum(v for w, v in per.items() if not w.startswith("event-series ")) for per in writes.values()]
     if op and loops:
-        summary["writes"] = {"namespaces": len(op), "loops_per_namespace": loops[0],
-                             "event_series_writes_per_namespace": {"median": statistics.median(op), "max": max(op)},
-                             "event_series_writes_per_loop": round(sum(op) / (len(op) * loops[0]), 2),
-                             "emitter_writes_per_namespace": {"median": statistics.median(emitters),
-                                                              "max": max(emitters)}}
+        summary["writes"] = {
+            "namespaces": len(op),
+            "loops_per_namespace": loops[0],
+            "event_series_writes_per_namespace": {"median": statistics.median(op), "max": max(op)},
+            "event_series_writes_per_loop": round(sum(op) / (len(op) * loops[0]), 2),
+            "emitter_writes_per_namespace": {"median": statistics.median(emitters), "max": max(emitters)},
+        }
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
-    brief = {k: summary[k] for k in ("samples", "leader_first_half", "leader_second_half", "any_replica_max",
-                                     "keys", "occurrences_in_series", "raw_occurrences", "namespaces_not_drained")}
+    brief = {
+        k: summary[k]
+        for k in (
+            "samples",
+            "leader_first_half",
+            "leader_second_half",
+            "any_replica_max",
+            "keys",
+            "occurrences_in_series",
+            "raw_occurrences",
+            "namespaces_not_drained",
+        )
+    }
     brief["failed_actions"] = len(summary["failed_actions"])
     brief["writes"] = summary.get("writes")
     print(json.dumps(brief, indent=1))

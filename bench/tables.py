@@ -58,9 +58,17 @@ def source(d, path, kind=None):
     m = d.get("machine") or {}
     # A dated copy (bench/lib.sh keep_dated) takes the machine when the run is over.
     when = "when it ended" if "kind" in d or kind in MACHINE_AT_END else "at the start"
-    return "\n<sub>From [`{p}`](../{p}): commit {c}, {cpu} × {nproc}, load average {load} {when}, {date}.</sub>\n".format(
-        p=path, c=d.get("commit", "?")[:7], cpu=m.get("cpu", "?"), nproc=m.get("nproc", "?"),
-        load=m.get("loadavg", "?").split()[0], when=when, date=m.get("date", "?"))
+    return (
+        "\n<sub>From [`{p}`](../{p}): commit {c}, {cpu} × {nproc}, load average {load} {when}, {date}.</sub>\n".format(
+            p=path,
+            c=d.get("commit", "?")[:7],
+            cpu=m.get("cpu", "?"),
+            nproc=m.get("nproc", "?"),
+            load=m.get("loadavg", "?").split()[0],
+            when=when,
+            date=m.get("date", "?"),
+        )
+    )
 
 
 def scale_steps(d):
@@ -68,24 +76,40 @@ def scale_steps(d):
     for s in d["steps"]:
         keys = s.get("keys") or {}
         fl = s.get("finish_lateness_s") or {}
-        rows.append([
-            "{} pods / {} ns / {} nodes".format(n(s["pods"]), n(s["namespaces"]), n(s["nodes"])),
-            n(s["core_event_writes_per_s"], 1),
-            "{} / {}".format(n(s["create_p50_s"], 2), n(s["create_p99_s"], 2)),
-            "{} / {}".format(n(fl.get("p99"), 1), n(fl.get("max"), 1)),
-            "{} % / {} %".format(n(s["operator_cpu_percent"], 1), n(s["apiserver_cpu_percent"], 1)),
-            n(s["operator_peak_rss_mib"], 1),
-            n(s["watch_bytes_per_s"]),
-            "{} exact{}, {} single, {} off".format(
-                n(keys.get("exact", 0) + keys.get("exact, lone by design", 0)),
-                " ({} of them beside occurrences alone by design)".format(n(keys["exact, lone by design"]))
-                if keys.get("exact, lone by design") else "",
-                n(keys.get("lone", 0)), n(keys.get("differs", 0))),
-            "{} / {}".format(n(s["occurrences_in_series"]), n(s["raw_occurrences"])),
-        ])
-    return table(["step", "core Event writes/s at the API server", "create p50 / p99 (s)",
-                  "finish lateness p99 / max (s)", "CPU operator / apiserver", "operator peak RSS (MiB)",
-                  "watch bytes/s to the operator", "keys", "occurrences in series / raw"], rows)
+        rows.append(
+            [
+                "{} pods / {} ns / {} nodes".format(n(s["pods"]), n(s["namespaces"]), n(s["nodes"])),
+                n(s["core_event_writes_per_s"], 1),
+                "{} / {}".format(n(s["create_p50_s"], 2), n(s["create_p99_s"], 2)),
+                "{} / {}".format(n(fl.get("p99"), 1), n(fl.get("max"), 1)),
+                "{} % / {} %".format(n(s["operator_cpu_percent"], 1), n(s["apiserver_cpu_percent"], 1)),
+                n(s["operator_peak_rss_mib"], 1),
+                n(s["watch_bytes_per_s"]),
+                "{} exact{}, {} single, {} off".format(
+                    n(keys.get("exact", 0) + keys.get("exact, lone by design", 0)),
+                    " ({} of them beside occurrences alone by design)".format(n(keys["exact, lone by design"]))
+                    if keys.get("exact, lone by design")
+                    else "",
+                    n(keys.get("lone", 0)),
+                    n(keys.get("differs", 0)),
+                ),
+                "{} / {}".format(n(s["occurrences_in_series"]), n(s["raw_occurrences"])),
+            ]
+        )
+    return table(
+        [
+            "step",
+            "core Event writes/s at the API server",
+            "create p50 / p99 (s)",
+            "finish lateness p99 / max (s)",
+            "CPU operator / apiserver",
+            "operator peak RSS (MiB)",
+            "watch bytes/s to the operator",
+            "keys",
+            "occurrences in series / raw",
+        ],
+        rows,
+    )
 
 
 def scale_bill(d):
@@ -96,9 +120,13 @@ def scale_bill(d):
         ("etcd CPU", lambda r: "{} %".format(n(r["etcd_cpu_percent"], 1))),
         ("etcd puts", lambda r: n(r["etcd_puts"])),
         ("API requests, all", lambda r: n(r["requests_total"])),
-        ("of them on Events (verb: count)", lambda r: ", ".join(
-            "{} {}".format(k.replace("events.k8s.io/events", "events.k8s.io").replace("core/events", "core"), n(v))
-            for k, v in sorted(r["events_requests"].items()))),
+        (
+            "of them on Events (verb: count)",
+            lambda r: ", ".join(
+                "{} {}".format(k.replace("events.k8s.io/events", "events.k8s.io").replace("core/events", "core"), n(v))
+                for k, v in sorted(r["events_requests"].items())
+            ),
+        ),
         ("on Leases", lambda r: n(r["lease_requests"])),
         ("bytes sent on watches of core Events", lambda r: n(r["watch_bytes_core_events"])),
     ]
@@ -108,75 +136,152 @@ def scale_bill(d):
 
 def heartbeats(d):
     a = d["audit"]
-    return table(["", ""], [
-        ["series, heartbeat, flags", "{}, {}".format(n(d["series"]), d["flags"])],
-        ["writes (apiserver audit log) / objects", "{} / {}".format(n(a["writes"]), n(a["objects"]))],
-        ["longest time between two writes of one object", "**{} s**".format(a["longest_gap_s"])],
-        ["objects gone with their TTL (patch answered 404) and created again",
-         n(d.get("patch_404", (d.get("samples") or [{}])[-1].get("patch_404")))],
-        ["heartbeats and refreshes written, mean wait", "{}, {} s".format(n(d["heartbeats"]),
-                                                                          d["heartbeat_latency_mean_s"])],
-        ["most writes pending", n(d["max_pending"])],
-        ["occurrences counted", n(d["occurrences_counted"])],
-    ])
+    return table(
+        ["", ""],
+        [
+            ["series, heartbeat, flags", "{}, {}".format(n(d["series"]), d["flags"])],
+            ["writes (apiserver audit log) / objects", "{} / {}".format(n(a["writes"]), n(a["objects"]))],
+            ["longest time between two writes of one object", "**{} s**".format(a["longest_gap_s"])],
+            [
+                "objects gone with their TTL (patch answered 404) and created again",
+                n(d.get("patch_404", (d.get("samples") or [{}])[-1].get("patch_404"))),
+            ],
+            [
+                "heartbeats and refreshes written, mean wait",
+                "{}, {} s".format(n(d["heartbeats"]), d["heartbeat_latency_mean_s"]),
+            ],
+            ["most writes pending", n(d["max_pending"])],
+            ["occurrences counted", n(d["occurrences_counted"])],
+        ],
+    )
 
 
 def soak(d):
     k = d["keys"]
     w = d.get("writes") or {}
     first, second = d["leader_first_half"], d["leader_second_half"]
-    return table(["", ""], [
-        ["keys checked", "{} exact, {} single occurrences, {} off".format(k["exact"], k["lone"], k["differs"])],
-        ["occurrences in series / raw", "{} / {}".format(n(d["occurrences_in_series"]), n(d["raw_occurrences"]))],
-        ["leader deletions / apiserver restarts", "{} / {}".format(len(d["leader_deletes"]),
-                                                                   len(d["apiserver_restarts"]))],
-        ["leader RSS median, 1st / 2nd hour (MiB)", "{} / {}".format(n(first["rss_kib"]["median"] / 1024, 1),
-                                                                    n(second["rss_kib"]["median"] / 1024, 1))],
-        ["open descriptors, tokio tasks (median)", "{}, {}".format(n(second["fds"]["median"]),
-                                                                   n(second["tasks"]["median"]))],
-        ["event-series writes per loop", n(w.get("event_series_writes_per_loop"), 2)],
-    ])
+    return table(
+        ["", ""],
+        [
+            ["keys checked", "{} exact, {} single occurrences, {} off".format(k["exact"], k["lone"], k["differs"])],
+            ["occurrences in series / raw", "{} / {}".format(n(d["occurrences_in_series"]), n(d["raw_occurrences"]))],
+            [
+                "leader deletions / apiserver restarts",
+                "{} / {}".format(len(d["leader_deletes"]), len(d["apiserver_restarts"])),
+            ],
+            [
+                "leader RSS median, 1st / 2nd hour (MiB)",
+                "{} / {}".format(n(first["rss_kib"]["median"] / 1024, 1), n(second["rss_kib"]["median"] / 1024, 1)),
+            ],
+            [
+                "open descriptors, tokio tasks (median)",
+                "{}, {}".format(n(second["fds"]["median"]), n(second["tasks"]["median"])),
+            ],
+            ["event-series writes per loop", n(w.get("event_series_writes_per_loop"), 2)],
+        ],
+    )
 
 
 def failover(d):
     after, bare, rss = d["after_sigkill_ms"], d["bare_list_ms"], d["rss_kib"]
     s = lambda ms: n(ms / 1000, 1) + " s"
-    return table(["", "", "target"], [
-        ["stored raw events / series", "{} / {}".format(n(d["stored_raw_events"]), n(d["series"])), ""],
-        ["after SIGKILL: standby holds the Lease", s(after["lease"]), "within the lease duration"],
-        ["after SIGKILL: engine rebuilt / first write answered", "{} / {}".format(s(after["rebuilt"]),
-                                                                                  s(after["first_write"])), ""],
-        ["bare paginated lists (kubectl): series objects + raw events", "{} + {} = {}".format(
-            s(bare["series_objects"]), s(bare["raw_events"]), s(bare["both"])), ""],
-        ["rebuild (Lease to rebuilt) over the bare lists", "**{}×**".format(d["rebuild_over_bare_lists"]), "≤ 1.2×"],
-        ["RSS: leader steady / standby peak after the restore (MiB)", "{} / {}".format(
-            n(rss["leader_steady"] / 1024, 1), n(rss["standby_peak_after_restore"] / 1024, 1)), ""],
-        ["peak over steady", "**{}×**".format(d["peak_over_steady"]), "≤ 1.5×"],
-    ])
+    return table(
+        ["", "", "target"],
+        [
+            ["stored raw events / series", "{} / {}".format(n(d["stored_raw_events"]), n(d["series"])), ""],
+            ["after SIGKILL: standby holds the Lease", s(after["lease"]), "within the lease duration"],
+            [
+                "after SIGKILL: engine rebuilt / first write answered",
+                "{} / {}".format(s(after["rebuilt"]), s(after["first_write"])),
+                "",
+            ],
+            [
+                "bare paginated lists (kubectl): series objects + raw events",
+                "{} + {} = {}".format(s(bare["series_objects"]), s(bare["raw_events"]), s(bare["both"])),
+                "",
+            ],
+            [
+                "rebuild (Lease to rebuilt) over the bare lists",
+                "**{}×**".format(d["rebuild_over_bare_lists"]),
+                "≤ 1.2×",
+            ],
+            [
+                "RSS: leader steady / standby peak after the restore (MiB)",
+                "{} / {}".format(n(rss["leader_steady"] / 1024, 1), n(rss["standby_peak_after_restore"] / 1024, 1)),
+                "",
+            ],
+            ["peak over steady", "**{}×**".format(d["peak_over_steady"]), "≤ 1.5×"],
+        ],
+    )
 
 
 def growth(d, axes=None):
     rows = []
     for p in points(d, axes):
         if p["axis"] == "message":
-            rows.append(["message {} B".format(n(p["x"])), "", "", n(p["rss_kib"] / 1024, 1), "", "",
-                         "{} µs".format(p["cpu_us_per_change"])])
+            rows.append(
+                [
+                    "message {} B".format(n(p["x"])),
+                    "",
+                    "",
+                    n(p["rss_kib"] / 1024, 1),
+                    "",
+                    "",
+                    "{} µs".format(p["cpu_us_per_change"]),
+                ]
+            )
         else:
-            rows.append(["{} {}".format(n(p["x"]), p["axis"]), n(p["series"]), n(p["stored"]),
-                         n(p["steady_rss_kib"] / 1024, 1), n(p["restart_ms"] / 1000, 1),
-                         n(p["restart_peak_rss_kib"] / 1024, 1), ""])
-    return table(["point", "series", "stored raw events", "RSS (MiB)", "restart (s)",
-                  "restart peak RSS (MiB)", "CPU per change"], rows)
+            rows.append(
+                [
+                    "{} {}".format(n(p["x"]), p["axis"]),
+                    n(p["series"]),
+                    n(p["stored"]),
+                    n(p["steady_rss_kib"] / 1024, 1),
+                    n(p["restart_ms"] / 1000, 1),
+                    n(p["restart_peak_rss_kib"] / 1024, 1),
+                    "",
+                ]
+            )
+    return table(
+        [
+            "point",
+            "series",
+            "stored raw events",
+            "RSS (MiB)",
+            "restart (s)",
+            "restart peak RSS (MiB)",
+            "CPU per change",
+        ],
+        rows,
+    )
 
 
 def restore_buffer(d):
     mib = lambda kib: n(kib / 1024, 1)
-    rows = [["{} (round {})".format(r["buffer"], r["round"]), n(r["rebuilt_ms"] / 1000, 1), n(r["flushes"]),
-             mib(r["peak_rss_kib"]), "**{}×**".format(r["peak_over_steady"]), mib(r["rss_after_15s_kib"]),
-             r["loadavg_1m"]] for r in d["runs"]]
-    return table(["--restart-buffer-bytes", "rebuilt (s)", "early replays", "peak RSS (MiB)",
-                  "peak over steady ({} MiB)".format(mib(d["leader_steady_rss_kib"])), "RSS 15 s later (MiB)",
-                  "load (1 min)"], rows)
+    rows = [
+        [
+            "{} (round {})".format(r["buffer"], r["round"]),
+            n(r["rebuilt_ms"] / 1000, 1),
+            n(r["flushes"]),
+            mib(r["peak_rss_kib"]),
+            "**{}×**".format(r["peak_over_steady"]),
+            mib(r["rss_after_15s_kib"]),
+            r["loadavg_1m"],
+        ]
+        for r in d["runs"]
+    ]
+    return table(
+        [
+            "--restart-buffer-bytes",
+            "rebuilt (s)",
+            "early replays",
+            "peak RSS (MiB)",
+            "peak over steady ({} MiB)".format(mib(d["leader_steady_rss_kib"])),
+            "RSS 15 s later (MiB)",
+            "load (1 min)",
+        ],
+        rows,
+    )
 
 
 ECONOMY = [
@@ -204,14 +309,34 @@ def economy(d):
         op = r.get("operator") or {}
         if op:
             held += "; series objects count {} in {}, {} Finished".format(
-                n(op["series_count_sum"]), n(op["series_objects"]), n(op["finished_objects"]))
+                n(op["series_count_sum"]), n(op["series_objects"]), n(op["finished_objects"])
+            )
         load = lambda m: (m or {}).get("loadavg", "?").split()[0]
-        rows.append([label, n(r["emitted"]), n(core), n(ev), f"**{n(total)}**",
-                     n(1000 * total / max(r["emitted"], 1), 1), held,
-                     "{} / {}".format(load(r.get("machine_start")), load(r.get("machine_end")))])
-    return table(["approach", "occurrences emitted", "core/v1 writes (raw)", "events.k8s.io writes",
-                  "all writes", "writes per 1,000 occurrences", "occurrences the API holds",
-                  "load (1 min) at start / end"], rows)
+        rows.append(
+            [
+                label,
+                n(r["emitted"]),
+                n(core),
+                n(ev),
+                f"**{n(total)}**",
+                n(1000 * total / max(r["emitted"], 1), 1),
+                held,
+                "{} / {}".format(load(r.get("machine_start")), load(r.get("machine_end"))),
+            ]
+        )
+    return table(
+        [
+            "approach",
+            "occurrences emitted",
+            "core/v1 writes (raw)",
+            "events.k8s.io writes",
+            "all writes",
+            "writes per 1,000 occurrences",
+            "occurrences the API holds",
+            "load (1 min) at start / end",
+        ],
+        rows,
+    )
 
 
 def memory(d):
@@ -220,40 +345,105 @@ def memory(d):
     mib = lambda kib: n(kib / 1024, 1)
     rows = []
     for built, restart, after in zip(r["memory"], r["restart"], r["memory_after_restart"]):
-        rows.append([n(built["series"]), "**{}** (peak {})".format(mib(built["vmrss_kib"]), mib(built["vmhwm_kib"])),
-                     n(restart["ready_ms"] / 1000, 1),
-                     "**{}** (peak {})".format(mib(after["vmrss_kib"]), mib(after["vmhwm_kib"]))])
-    return table(["active series", "RSS (MiB), process that built them", "restart to /readyz (s)",
-                  "RSS (MiB) after a restart rebuilt them"], rows)
+        rows.append(
+            [
+                n(built["series"]),
+                "**{}** (peak {})".format(mib(built["vmrss_kib"]), mib(built["vmhwm_kib"])),
+                n(restart["ready_ms"] / 1000, 1),
+                "**{}** (peak {})".format(mib(after["vmrss_kib"]), mib(after["vmhwm_kib"])),
+            ]
+        )
+    return table(
+        [
+            "active series",
+            "RSS (MiB), process that built them",
+            "restart to /readyz (s)",
+            "RSS (MiB) after a restart rebuilt them",
+        ],
+        rows,
+    )
 
 
 def flood(d):
     """`just bench-flood`: peak RSS with 300 raw events of 100 B and of 1 MB messages."""
     r = d["result"]
     mib = lambda kib: n(kib / 1024, 1)
-    rows = [[str(i + 1), mib(x["short_watch_kib"]), mib(x["long_watch_kib"]), mib(x["short_restart_kib"]),
-             mib(x["long_restart_kib"])] for i, x in enumerate(r["runs"])]
-    return table(["run", "peak watching, 100 B (MiB)", "peak watching, 1 MB (MiB)",
-                  "peak after a restart, 100 B (MiB)", "peak after a restart, 1 MB (MiB)"], rows)
+    rows = [
+        [
+            str(i + 1),
+            mib(x["short_watch_kib"]),
+            mib(x["long_watch_kib"]),
+            mib(x["short_restart_kib"]),
+            mib(x["long_restart_kib"]),
+        ]
+        for i, x in enumerate(r["runs"])
+    ]
+    return table(
+        [
+            "run",
+            "peak watching, 100 B (MiB)",
+            "peak watching, 1 MB (MiB)",
+            "peak after a restart, 100 B (MiB)",
+            "peak after a restart, 1 MB (MiB)",
+        ],
+        rows,
+    )
 
 
 def bookmarks(d):
     """`just bench-bookmarks`: what forced watch reconnects re-send, with and without bookmarks."""
-    rows = [["off (default for events)" if x["watch_cache"] == "off" else x["watch_cache"], x["bookmarks"],
-             n(x["watch_restarts"]), "**{}**".format(n(x["bookmarks_received"])), n(x["relists"]),
-             "**{}**".format(n(x["raw_events_resent"]))] for x in d["result"]]
-    return table(["apiserver watch cache", "bookmarks asked", "watch reconnects", "bookmarks received",
-                  "relists (410 Gone)", "raw events re-sent"], rows)
+    rows = [
+        [
+            "off (default for events)" if x["watch_cache"] == "off" else x["watch_cache"],
+            x["bookmarks"],
+            n(x["watch_restarts"]),
+            "**{}**".format(n(x["bookmarks_received"])),
+            n(x["relists"]),
+            "**{}**".format(n(x["raw_events_resent"])),
+        ]
+        for x in d["result"]
+    ]
+    return table(
+        [
+            "apiserver watch cache",
+            "bookmarks asked",
+            "watch reconnects",
+            "bookmarks received",
+            "relists (410 Gone)",
+            "raw events re-sent",
+        ],
+        rows,
+    )
 
 
 def ingest(d):
     """`just bench-ingest`: raw event changes a second against the operator's lag, CPU and RSS."""
-    rows = [[n(x["target_rate"]), n(x["achieved_rate"], 1), n(x["operator_observed_per_s"], 1),
-             "{} / {}".format(n(x["lag_p50_s"] * 1000, 1), n(x["lag_p99_s"] * 1000, 1)),
-             n(x["operator_cpu_cores"], 3), n(x["apiserver_cpu_cores"], 3), n(x["operator_rss_kib"] / 1024, 1),
-             x["loadavg_at_start"].split()[0]] for x in d["result"]["steps"]]
-    return table(["target changes/s", "achieved", "seen by the operator /s", "lag p50 / p99 (ms)",
-                  "operator CPU (cores)", "apiserver CPU (cores)", "operator RSS (MiB)", "load (1 min)"], rows)
+    rows = [
+        [
+            n(x["target_rate"]),
+            n(x["achieved_rate"], 1),
+            n(x["operator_observed_per_s"], 1),
+            "{} / {}".format(n(x["lag_p50_s"] * 1000, 1), n(x["lag_p99_s"] * 1000, 1)),
+            n(x["operator_cpu_cores"], 3),
+            n(x["apiserver_cpu_cores"], 3),
+            n(x["operator_rss_kib"] / 1024, 1),
+            x["loadavg_at_start"].split()[0],
+        ]
+        for x in d["result"]["steps"]
+    ]
+    return table(
+        [
+            "target changes/s",
+            "achieved",
+            "seen by the operator /s",
+            "lag p50 / p99 (ms)",
+            "operator CPU (cores)",
+            "apiserver CPU (cores)",
+            "operator RSS (MiB)",
+            "load (1 min)",
+        ],
+        rows,
+    )
 
 
 def against_kubelet(got, want):
@@ -268,18 +458,48 @@ def node(d):
     for ns, v in d["namespaces"].items():
         series = v["series"]
         finished = sum(1 for s in series.values() if s["state"] == "Finished")
-        rows.append([ns, d["policies"].get(ns, "?"), n(v["restarts"]),
-                     "{} ({})".format(n(v["kubelet_writes"]), n(v["raw_occurrences"])),
-                     "**{}**".format(n(v["event_series_writes"])),
-                     "{} s".format(n(v["largest_staleness_s"])), n(v["largest_occurrences_not_shown"]),
-                     "{} series ({}), {} Finished; counts sum to {}".format(n(len(series)), ", ".join(
-                         "{} {}".format(r, n(s["count"])) for r, s in sorted(series.items())), n(finished),
-                         against_kubelet(sum(s["count"] for s in series.values()), v["raw_occurrences"]))])
-    rows.append(["whole cluster, apiserver `/metrics`", "", "", "core/v1 {}".format(n(d["core_writes_total"])),
-                 "events.k8s.io {}".format(n(d["events_k8s_io_writes_total"])), "", "", ""])
-    return table(["namespace", "policy", "restarts in {} min".format(d["minutes"]),
-                  "kubelet writes (occurrences)", "event-series writes", "largest lag of `lastObservedTime`",
-                  "most occurrences not shown", "series at the end"], rows)
+        rows.append(
+            [
+                ns,
+                d["policies"].get(ns, "?"),
+                n(v["restarts"]),
+                "{} ({})".format(n(v["kubelet_writes"]), n(v["raw_occurrences"])),
+                "**{}**".format(n(v["event_series_writes"])),
+                "{} s".format(n(v["largest_staleness_s"])),
+                n(v["largest_occurrences_not_shown"]),
+                "{} series ({}), {} Finished; counts sum to {}".format(
+                    n(len(series)),
+                    ", ".join("{} {}".format(r, n(s["count"])) for r, s in sorted(series.items())),
+                    n(finished),
+                    against_kubelet(sum(s["count"] for s in series.values()), v["raw_occurrences"]),
+                ),
+            ]
+        )
+    rows.append(
+        [
+            "whole cluster, apiserver `/metrics`",
+            "",
+            "",
+            "core/v1 {}".format(n(d["core_writes_total"])),
+            "events.k8s.io {}".format(n(d["events_k8s_io_writes_total"])),
+            "",
+            "",
+            "",
+        ]
+    )
+    return table(
+        [
+            "namespace",
+            "policy",
+            "restarts in {} min".format(d["minutes"]),
+            "kubelet writes (occurrences)",
+            "event-series writes",
+            "largest lag of `lastObservedTime`",
+            "most occurrences not shown",
+            "series at the end",
+        ],
+        rows,
+    )
 
 
 def points(d, axes):
@@ -299,9 +519,21 @@ def fits(kind, arg, d, current):
     return True
 
 
-GENERATORS = {"scale-steps": scale_steps, "scale-bill": scale_bill, "heartbeats": heartbeats, "soak": soak,
-              "failover": failover, "growth": growth, "restore-buffer": restore_buffer, "economy": economy,
-              "memory": memory, "flood": flood, "bookmarks": bookmarks, "ingest": ingest, "node": node}
+GENERATORS = {
+    "scale-steps": scale_steps,
+    "scale-bill": scale_bill,
+    "heartbeats": heartbeats,
+    "soak": soak,
+    "failover": failover,
+    "growth": growth,
+    "restore-buffer": restore_buffer,
+    "economy": economy,
+    "memory": memory,
+    "flood": flood,
+    "bookmarks": bookmarks,
+    "ingest": ingest,
+    "node": node,
+}
 
 
 DATE = re.compile(r"\d{8}T\d{6}Z")
@@ -332,6 +564,7 @@ def render(text, latest=False):
         d = result(path)
         body = GENERATORS[kind](d, arg) if arg not in (None, "history") else GENERATORS[kind](d)
         return f"<!-- table: {name} {path} -->\n{body}{source(d, path, kind)}<!-- /table -->\n"
+
     return MARKER.sub(one, text)
 
 
@@ -386,9 +619,17 @@ def stale_tables():
             commit = result(m.group(2)).get("commit", "?")
             changed = changed_since(commit)
             if changed != []:
-                out.append((doc, m.group(1), m.group(2), commit[:7],
-                            "uncommitted code, or a commit not in this clone" if changed is None else ", ".join(changed[:6])
-                            + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")))
+                out.append(
+                    (
+                        doc,
+                        m.group(1),
+                        m.group(2),
+                        commit[:7],
+                        "uncommitted code, or a commit not in this clone"
+                        if changed is None
+                        else ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else ""),
+                    )
+                )
     return out
 
 
@@ -404,8 +645,11 @@ def main():
         newest_file = os.path.relpath(found[-1], ROOT)
         changed = changed_since(result(newest_file).get("commit", "?"), sys.argv[3:])
         if changed != []:
-            sys.exit("{} is not current ({})".format(newest_file, "unknown commit" if changed is None
-                                                      else "changed since: " + ", ".join(changed[:6])))
+            sys.exit(
+                "{} is not current ({})".format(
+                    newest_file, "unknown commit" if changed is None else "changed since: " + ", ".join(changed[:6])
+                )
+            )
         print(f"{newest_file} is current")
         return
     if sys.argv[1:] == ["--stale"]:
@@ -422,14 +666,19 @@ def main():
         new = render(text, latest)
         if new != text:
             if check:
-                stale += ["{}: {}".format(doc, m.group(1) + " " + m.group(2)) for m, o in zip(
-                    MARKER.finditer(new), MARKER.finditer(text)) if m.group(0) != o.group(0)]
+                stale += [
+                    "{}: {}".format(doc, m.group(1) + " " + m.group(2))
+                    for m, o in zip(MARKER.finditer(new), MARKER.finditer(text))
+                    if m.group(0) != o.group(0)
+                ]
             else:
                 with open(path, "w") as f:
                     f.write(new)
     if stale:
-        sys.exit("tables that differ from their result files (python3 bench/tables.py rewrites them):\n  "
-                 + "\n  ".join(stale))
+        sys.exit(
+            "tables that differ from their result files (python3 bench/tables.py rewrites them):\n  "
+            + "\n  ".join(stale)
+        )
 
 
 if __name__ == "__main__":

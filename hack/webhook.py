@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The demo's Alertmanager receiver: a webhook on ADDR:PORT that prints one line per alert of each
 notification Alertmanager sends (what a Slack channel or pager would show), and answers 200."""
+
 import json
 import sys
 from datetime import datetime, timezone
