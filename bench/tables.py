@@ -3,7 +3,7 @@
 
 A generated table sits between two markers that name its generator and its result file:
 
-    <!-- table: scale-steps bench/results/scale/20261126T035645Z/summary.json -->
+    <!-- table: scale-steps bench/results/scale/20261127T160414Z/summary.json -->
     | ... |
     <!-- /table -->
 
