@@ -54,6 +54,7 @@ lint:
     cargo clippy --workspace --all-targets -- -D warnings
     RUSTDOCFLAGS="-D warnings -A rustdoc::private_intra_doc_links" cargo doc --workspace --no-deps --document-private-items --quiet
     bash hack/check-core.sh
+    bash hack/lint-scripts.sh
     python3 hack/sizes.py --check src core/src
 
 # Every suite that needs no cluster (no Go build, no apiserver, no helm): the inner loop. The rest, on the real apiserver and node, is in `just test`.
