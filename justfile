@@ -48,7 +48,7 @@ cluster-down:
 image:
     bash hack/image.sh
 
-# Format check, clippy and rustdoc with warnings as errors over the workspace (the operator, core/, test-support/); the core's purity; file and function sizes.
+# Format check, clippy (functions at most 80 lines: clippy.toml) and rustdoc with warnings as errors over the workspace (the operator, core/, test-support/); the core's purity; file sizes.
 lint:
     cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings

@@ -46,7 +46,7 @@ struct Args {
 
 /// The operator's own duration syntax, so that the benchmark scripts pass the same values to both.
 fn duration(s: &str) -> Result<Duration, String> {
-    event_series::config::duration::parse("--duration", s)
+    event_series_core::duration::parse("--duration", s)
         .map_err(|e| e.to_string())?
         .to_std()
         .map_err(|e| e.to_string())

@@ -5,7 +5,7 @@
 //! ```text
 //! bench-loader seed   --count N [--first I] [--namespaces M]   N legacy events, each already counting 2
 //!                                                             recent occurrences of its own Pod, so each
-//!                                                             becomes a series at once (SPEC Output)
+//!                                                             becomes a series at once (Output)
 //! bench-loader filler --count N [--rate R]                    N events labelled managed-by=event-series:
 //!                                                             writes the operator's watch filters out
 //! bench-loader rate   --rate R --duration S [--keys K]        R raw event changes per second for S s:

@@ -6,9 +6,9 @@
 //! "Ingest". TLS, HTTP chunking and the tokio channel hop are not included.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use event_series::config::settings::Settings;
-use event_series::engine::Engine;
-use event_series::key;
+use event_series_core::engine::Engine;
+use event_series_core::key;
+use event_series_core::settings::Settings;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::WatchEvent;
 use std::hint::black_box;

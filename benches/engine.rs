@@ -6,9 +6,9 @@ mod common;
 use chrono::TimeDelta;
 use common::{kubelet_backoff, t0};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use event_series::config::settings::Settings;
-use event_series::engine::Engine;
-use event_series::key::{self, Observation};
+use event_series_core::engine::Engine;
+use event_series_core::key::{self, Observation};
+use event_series_core::settings::Settings;
 use k8s_openapi::api::core::v1::Event;
 use std::hint::black_box;
 

@@ -6,9 +6,9 @@
 mod common;
 
 use common::{kubelet_backoff, t0};
-use event_series::config::settings::Settings;
-use event_series::engine::Engine;
-use event_series::key;
+use event_series_core::engine::Engine;
+use event_series_core::key;
+use event_series_core::settings::Settings;
 use k8s_openapi::api::core::v1::Event;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
@@ -81,9 +81,9 @@ fn main() {
 /// minutes ago are buffered, sorted and replayed as `Restart` does, and the recovery ends. Prints the
 /// heap once the series are restored, the peak, and what is left after the recovery.
 fn replay_peak(budget: usize) {
-    use event_series::metrics::Metrics;
+    use event_series::input::restart::Restart;
     use event_series::object;
-    use event_series::restart::Restart;
+    use event_series::operations::metrics::Metrics;
     let now = t0();
     let old = now - chrono::TimeDelta::minutes(150);
     let metrics = Metrics::default();

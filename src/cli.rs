@@ -1,17 +1,18 @@
 //! The command line: `event-series run`, `event-series get` (also `kubectl series`), `event-series crd`.
 
-use crate::alerts::client::Target;
-use crate::alerts::{AlertConfig, Limits};
-use crate::config::{Settings, duration};
+use crate::alerting::alertmanager::Target;
+use crate::alerting::{AlertConfig, Limits};
 use crate::controller::ControllerConfig;
-use crate::intent::SeriesState;
+use crate::input::paging;
 use crate::leader::LeaseConfig;
 use crate::leader::elector::{Timings, TimingsError};
-use crate::paging;
 use crate::reading::{self, table::parse_for};
 use crate::writer::WriterConfig;
 use chrono::TimeDelta;
 use clap::{Parser, Subcommand, ValueEnum};
+use event_series_core::duration;
+use event_series_core::intent::SeriesState;
+use event_series_core::settings::Settings;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -234,7 +235,7 @@ pub struct RunArgs {
     #[arg(long, default_value = "60s", value_parser = duration::parse_std)]
     pub watch_timeout: Duration,
     /// Benchmarks only (bench/bookmarks.sh): watch without allowWatchBookmarks, to measure what
-    /// bookmarks save after a reconnect. Hidden: the SPEC requires bookmarks.
+    /// bookmarks save after a reconnect. Hidden: the contract requires bookmarks.
     #[arg(long, hide = true)]
     pub no_watch_bookmarks: bool,
     /// How long the restore (the list of the operator's own series objects when it starts or takes

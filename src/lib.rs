@@ -1,35 +1,32 @@
 //! event-series: the events.k8s.io series lifecycle, server-side, for a whole cluster.
 //!
-//! The pure core turns raw Events into write intents with no I/O: [`key`] reads a raw Event as an
-//! observation of its isomorphic key, [`engine`] folds observations and clock ticks into [`intent`]s,
-//! [`object`] turns a series into the events.k8s.io object the API accepts and back, and
-//! [`config::settings`] says what each namespace's policy is. The shell performs it: [`watch`] lists
-//! and watches raw Events, [`restart`] rebuilds the engine from the API server, [`writer`] writes
-//! intents, [`config::policy_watch`] keeps policies live, [`leader`] elects one writer and fences it,
-//! [`server`] serves metrics and probes, [`reading`] prints the series for `event-series get` ([`health`] says whether it is ready), [`client`] gives every
-//! request to the API server a deadline, and [`controller`] ties them together. `docs/ARCHITECTURE.md` draws the flow.
+//! The pure core is a crate of its own, [`event_series_core`]: the isomorphic key, the series engine
+//! (occurrences and clock ticks in, write intents out) and the settings a policy resolves to. This
+//! crate is the shell around it, one module per stage of the flow:
+//!
+//! - [`input`]: the raw Events in (list and watch, pages bounded by bytes, how far the input is
+//!   known complete, the rebuild at start);
+//! - [`controller`]: the central loop that feeds the engine and hands its intents on;
+//! - [`writer`]: the intents out to the API server (pending writes, fairness, retries, fencing);
+//! - [`object`]: the stored series object, encoded and checked when read back;
+//! - [`config`]: the EventSeriesPolicy resource and its live watch;
+//! - [`leader`]: one writer at a time (the Lease, and the fence every write checks);
+//! - [`alerting`]: loops as Alertmanager alerts;
+//! - [`operations`]: metrics, the HTTP servers, readiness and memory upkeep;
+//! - [`api`]: what every request to the API server gets (deadlines, retry delays);
+//! - [`reading`]: `event-series get`, the series as a table;
+//! - [`cli`]: the flags.
+//!
+//! `docs/ARCHITECTURE.md` draws the flow and maps each module to the tests that prove it.
 
-pub mod alerts;
+pub mod alerting;
+pub mod api;
 pub mod cli;
-pub mod client;
 pub mod config;
 pub mod controller;
-pub mod currency;
-pub mod feed;
-pub mod handoff;
-pub mod health;
+pub mod input;
 pub mod leader;
-pub mod memory;
-pub mod metrics;
 pub mod object;
-pub mod paging;
+pub mod operations;
 pub mod reading;
-pub mod restart;
-pub mod retry;
-pub mod server;
-pub mod visible;
-pub mod watch;
 pub mod writer;
-
-/// The pure core, a crate of its own ([`event_series_core`]), re-exported under the paths the shell uses.
-pub use event_series_core::{alert, engine, intent, key};

@@ -1,14 +1,14 @@
 use anyhow::{Context, bail};
 use clap::Parser;
+use event_series::api::client::{self, WATCH_MARGIN};
 use event_series::cli::{Cli, Command, LogFormat, RunArgs};
-use event_series::client::{self, WATCH_MARGIN};
-use event_series::config::duration;
 use event_series::controller::{self, Stop};
-use event_series::health::Health;
 use event_series::leader::{Election, WriteFence};
-use event_series::metrics::Metrics;
+use event_series::operations::health::Health;
+use event_series::operations::metrics::Metrics;
+use event_series::operations::server;
 use event_series::reading;
-use event_series::server;
+use event_series_core::duration;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing_subscriber::EnvFilter;
@@ -57,7 +57,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Run(args) => {
-            event_series::memory::tune_allocator();
+            event_series::operations::memory::tune_allocator();
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
@@ -137,7 +137,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = args.controller();
     if let Some(alerts) = &config.alerts {
         // A wrong URL or CA file fails the start, not every post of every term.
-        let to = event_series::alerts::client::Alertmanagers::new(alerts.target.clone())?;
+        let to = event_series::alerting::alertmanager::Alertmanagers::new(alerts.target.clone())?;
         tracing::info!(
             alertmanagers = to.len(),
             "loops a policy's spec.alert selects are sent to Alertmanager"

@@ -1,11 +1,15 @@
-//! Lifecycle rules of the series engine (SPEC: Grouping, Output, Restart), on an injected clock.
+//! Lifecycle rules of the series engine (Grouping, Output, Restart), on an injected clock.
+
+// A scenario reads as one story from top to bottom: the function-length lint is for the product.
+#![allow(clippy::too_many_lines)]
 
 use chrono::TimeDelta;
-use event_series::config::settings::{MatchFilter, Policy, PolicySet, Selector, Settings};
-use event_series::engine::{Engine, EngineConfig};
-use event_series::intent::{FinishCause, SeriesState, WriteKind};
-use event_series::key;
 use event_series::object;
+use event_series_core::engine::{Engine, EngineConfig};
+use event_series_core::filter::MatchFilter;
+use event_series_core::intent::{FinishCause, SeriesState, WriteKind};
+use event_series_core::key;
+use event_series_core::settings::{Policy, PolicySet, Selector, Settings};
 use event_series_test_support::sim::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -587,7 +591,7 @@ fn tables_give_back_a_burst_of_candidates() {
     // The candidates expire, then their dormant records (and the TTL deletes their raw objects): the
     // burst's tables go.
     for i in 0..50_000 {
-        engine.forget_raw(event_series::key::RawId::of(
+        engine.forget_raw(event_series_core::key::RawId::of(
             "a",
             &format!("r{i}"),
             &format!("raw-a-r{i}"),
@@ -821,7 +825,7 @@ impl Landings {
     }
 }
 
-/// #23: 10,000 series at a 3-minute heartbeat need 55.6 writes/s, more than a writer of 50. Paced,
+/// 10,000 series at a 3-minute heartbeat need 55.6 writes/s, more than a writer of 50. Paced,
 /// heartbeats are spaced up to the ceiling and every object is written again within the event TTL (6
 /// minutes); unpaced (an unlimited rate, as before), the writer falls further behind every round and
 /// objects expire between two writes.
@@ -869,16 +873,16 @@ fn three_minute_heartbeats(rate: f64) -> Engine {
     )
 }
 
-/// #23, as `just bench-heartbeats` found it: 10,000 series in 10 namespaces start at once (a first
+/// As `just bench-heartbeats` found it: 10,000 series in 10 namespaces start at once (a first
 /// list: namespace after namespace) under [`three_minute_heartbeats`] at 37.5 a second. The writer is the
 /// operator's own queue (one pending write per series, namespaces served in turn) taking 50 writes
 /// a second, each answered 3 s later while the engine ticks on; with `report`, each create or
 /// heartbeat that lands is reported as the controller does. For 30 simulated minutes: the longest
 /// time between two landed writes of one object, and the heartbeats the engine asked for.
 fn heartbeats_behind_a_backlog(report: bool) -> (TimeDelta, usize) {
-    use event_series::intent::Landed;
     use event_series::writer::queue::{Queue, Settled};
     use event_series::writer::{Answer, Verb};
+    use event_series_core::intent::Landed;
     use std::time::{Duration, Instant};
     let mut engine = three_minute_heartbeats(37.5);
     let (start, clock) = (t0(), Instant::now());
@@ -953,7 +957,7 @@ fn heartbeats_are_timed_from_the_writes_that_landed() {
 /// create is reported landed `create_after` after it was asked for, and its first heartbeat
 /// `heartbeat_after` after.
 fn heartbeat_times(create_after: Option<i64>, heartbeat_after: Option<i64>) -> Vec<i64> {
-    use event_series::intent::Landed;
+    use event_series_core::intent::Landed;
     let mut engine = three_minute_heartbeats(37.5);
     let start = t0();
     feed_pod(&mut engine, 0, 2, start);
@@ -1038,7 +1042,7 @@ fn a_policy_change_never_puts_a_heartbeat_off() {
     }
 }
 
-/// A loop of one occurrence every 10 s for `minutes`, with the SPEC defaults but `first_refresh`;
+/// A loop of one occurrence every 10 s for `minutes`, with the default settings but `first_refresh`;
 /// optionally restarted at `restart_at` minutes. The writes as (kind, seconds after the loop's
 /// first occurrence, count written), and the occurrences fed.
 fn ten_second_loop(
@@ -1077,7 +1081,7 @@ fn at_of(writes: &[(WriteKind, i64, u64)], kind: WriteKind) -> Vec<i64> {
     writes.iter().filter(|w| w.0 == kind).map(|w| w.1).collect()
 }
 
-/// #26: written at the start, then 1, 2, 4, 8 and 16 minutes after it, then by the heartbeat
+/// written at the start, then 1, 2, 4, 8 and 16 minutes after it, then by the heartbeat
 /// every 30 minutes; each refresh carries every occurrence up to it.
 #[test]
 fn early_refreshes_double_until_the_heartbeat_takes_over() {

@@ -1,9 +1,12 @@
-//! SPEC Install: the Helm chart installs what `config/default` installs, `helm lint` is clean, the
+//! Install: the Helm chart installs what `config/default` installs, `helm lint` is clean, the
 //! alert rules pass `promtool`, and every metric the rules and the dashboard use is one the operator
 //! exports. The tools come from `hack/tools.sh` (helm, promtool) and `hack/build-envtest.sh`
 //! (kubectl, for kustomize); `just test` builds both first.
 
-use event_series::metrics::Metrics;
+// A scenario reads as one story from top to bottom: the function-length lint is for the product.
+#![allow(clippy::too_many_lines)]
+
+use event_series::operations::metrics::Metrics;
 use event_series_test_support::manifests::{exported_names, metric_names_used};
 use event_series_test_support::repo_root;
 use serde_json::Value;
@@ -299,7 +302,7 @@ fn chart_values_switch_metrics_security_and_the_optional_parts() {
             .map(|(_, v)| v["spec"]["endpoints"][0]["tlsConfig"].clone())
             .unwrap_or_default()
     };
-    // The self-signed certificate cannot be verified; one of the user's own is (#25: the token was
+    // The self-signed certificate cannot be verified; one of the user's own is (the token was
     // sent to whatever answered even then).
     assert_eq!(monitor(&monitoring)["insecureSkipVerify"], true);
     let verified = monitor(&helm_template(
@@ -603,7 +606,7 @@ fn rules_and_dashboard_use_only_exported_metrics() {
     let registry = Metrics::registry(&metrics);
     // A labelled family without a sample is not encoded at all: make one request, as the operator does.
     metrics.request("patch", 200);
-    let scrape = event_series::metrics::encode(&registry);
+    let scrape = event_series::operations::metrics::encode(&registry);
     let exported = exported_names(&scrape);
     let unknown: Vec<_> = used.difference(&exported).collect();
     assert!(unknown.is_empty(), "not exported: {unknown:?}");

@@ -1,8 +1,11 @@
 //! Restart equivalence: an engine stopped at a random point and rebuilt from what the API server holds
 //! (its series objects and the raw events) ends with the counts of one that never stopped.
 
+// A scenario reads as one story from top to bottom: the function-length lint is for the product.
+#![allow(clippy::too_many_lines)]
+
 use chrono::TimeDelta;
-use event_series::intent::WriteKind;
+use event_series_core::intent::WriteKind;
 use event_series_test_support::sim::*;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -107,13 +110,13 @@ proptest! {
 /// An engine whose dormant records live 60 s (the event TTL in the operator), housekept every 10 s
 /// as the controller does, with at most `raw_capacity` raw objects remembered.
 fn short_retention(raw_capacity: usize) -> Sim {
-    let config = event_series::engine::EngineConfig {
+    let config = event_series_core::engine::EngineConfig {
         dormant_retention: TimeDelta::seconds(60),
         raw_capacity,
         ..Default::default()
     };
     Sim::with_config(
-        event_series::config::settings::PolicySet::uniform(fast_settings()),
+        event_series_core::settings::PolicySet::uniform(fast_settings()),
         config,
     )
 }
@@ -177,7 +180,7 @@ fn a_lone_occurrence_written_late_is_counted_once_by_a_relist_after_a_restart() 
 #[test]
 fn a_raw_object_that_outlives_its_series_object_is_flagged_at_a_restart() {
     let mk = || {
-        let settings = event_series::config::settings::Settings::default();
+        let settings = event_series_core::settings::Settings::default();
         Sim::with_event_ttl(settings, TimeDelta::hours(1), TimeDelta::minutes(10))
     };
     let (mut steady, mut crashing) = (mk(), mk());
@@ -280,7 +283,7 @@ fn a_restored_series_is_seen_when_its_raw_object_was_written() {
 /// timestamp saw it 8 minutes old, dropped it as stale and made no series.
 #[test]
 fn a_restart_times_a_listed_occurrence_of_a_skewed_emitter_as_the_watch_did() {
-    let mk = || Sim::new(event_series::config::settings::Settings::default());
+    let mk = || Sim::new(event_series_core::settings::Settings::default());
     let (mut steady, mut crashing) = (mk(), mk());
     for (sim, restart) in [(&mut steady, false), (&mut crashing, true)] {
         sim.skew = -TimeDelta::minutes(8);
@@ -311,7 +314,7 @@ fn a_restart_times_a_listed_occurrence_of_a_skewed_emitter_as_the_watch_did() {
 #[test]
 fn an_object_a_recorder_recreates_after_the_ttl_adds_only_its_new_occurrence() {
     for restart in [false, true] {
-        let settings = event_series::config::settings::Settings::default();
+        let settings = event_series_core::settings::Settings::default();
         let mut sim = Sim::with_event_ttl(settings, TimeDelta::hours(1), TimeDelta::minutes(10));
         sim.recorder_cache = true;
         sim.occur_n("ns", "web.burst", "web", "BackOff", false, 50);

@@ -2,8 +2,8 @@
 //! age, so that the engine can answer "which active series alert now" without knowing how alerts
 //! are sent.
 
+use crate::filter::MatchFilter;
 use crate::key::KeyRef;
-use crate::settings::MatchFilter;
 use chrono::{DateTime, TimeDelta, Utc};
 use std::sync::Arc;
 

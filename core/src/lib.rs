@@ -9,6 +9,7 @@
 pub mod alert;
 pub mod duration;
 pub mod engine;
+pub mod filter;
 pub mod intent;
 pub mod key;
 pub mod settings;

@@ -2,6 +2,7 @@
 //! the settings of one namespace. Pure data: the operator crate's `config::resolve` converts the CRD types into these.
 
 use crate::alert::AlertRule;
+use crate::filter::MatchFilter;
 use chrono::TimeDelta;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -62,25 +63,6 @@ impl Settings {
     /// Candidates (keys seen once) are bounded too: twice the series bound, at least 1,024.
     pub fn max_candidates(&self) -> usize {
         self.max_active_series.saturating_mul(2).max(1024)
-    }
-}
-
-/// Which raw events a policy turns into series. An empty list means "any".
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct MatchFilter {
-    pub types: Vec<String>,
-    pub reasons: Vec<String>,
-    pub exclude_reasons: Vec<String>,
-    pub reporting_controllers: Vec<String>,
-}
-
-impl MatchFilter {
-    pub fn matches(&self, type_: &str, reason: &str, reporting_controller: &str) -> bool {
-        let any_or = |list: &[String], v: &str| list.is_empty() || list.iter().any(|x| x == v);
-        any_or(&self.types, type_)
-            && any_or(&self.reasons, reason)
-            && !self.exclude_reasons.iter().any(|x| x == reason)
-            && any_or(&self.reporting_controllers, reporting_controller)
     }
 }
 
@@ -226,19 +208,6 @@ mod tests {
         kv.iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
-    }
-
-    #[test]
-    fn filter_semantics() {
-        let f = MatchFilter {
-            types: vec!["Warning".into()],
-            exclude_reasons: vec!["Pulled".into()],
-            ..Default::default()
-        };
-        assert!(f.matches("Warning", "BackOff", "kubelet"));
-        assert!(!f.matches("Normal", "BackOff", "kubelet"));
-        assert!(!f.matches("Warning", "Pulled", "kubelet"));
-        assert!(MatchFilter::default().matches("", "", ""));
     }
 
     #[test]

@@ -6,8 +6,8 @@
 //! small. [`super::resolve`] repeats the checks as a second line for objects stored before a
 //! validation change.
 
-use super::duration::DURATION_PATTERN;
-use super::settings::Settings;
+use event_series_core::duration::DURATION_PATTERN;
+use event_series_core::settings::Settings;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use kube::KubeSchema;

@@ -1,5 +1,5 @@
-//! Configuration: the EventSeriesPolicy custom resource ([`crd`]), its durations ([`duration`]), the
-//! engine's view of it ([`settings`]), how policies in the cluster become that view ([`resolve`]),
+//! Configuration: the EventSeriesPolicy custom resource ([`crd`]), how policies in the cluster become
+//! the engine's settings ([`resolve`], into [`event_series_core::settings`]),
 //! the status each policy reports ([`status`]), and the watch that keeps it all live ([`policy_watch`]).
 //!
 //! Dependencies point one way: `policy_watch` -> `resolve`, `status` -> `crd`, `settings`, `duration`.
@@ -9,9 +9,4 @@ pub mod policy_watch;
 pub mod resolve;
 pub mod status;
 
-/// The settings and durations live in the pure core ([`event_series_core`]); re-exported here, where
-/// the rest of the configuration is.
-pub use event_series_core::{duration, settings};
-
 pub use crd::{EventSeriesPolicy, EventSeriesPolicySpec, EventSeriesPolicyStatus};
-pub use settings::{PolicySet, Settings, SettingsError, SlotIdx};

@@ -8,8 +8,8 @@
 
 use super::crd::{EventSeriesPolicy, EventSeriesPolicyStatus};
 use super::resolve::{self, Resolved};
-use super::settings::{PolicySet, Settings};
 use super::status::{self, StatusWriter};
+use event_series_core::settings::{PolicySet, Settings};
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Namespace;

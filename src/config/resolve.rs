@@ -5,11 +5,12 @@
 use super::crd::{
     AlertSpec, EventSeriesPolicy, EventSeriesPolicySpec, NamespaceSelector, SelectorOperator,
 };
-use super::duration;
-use super::settings::{
-    MatchFilter, Operator, Policy, PolicySet, Requirement, Selector, Settings, SettingsError,
+use event_series_core::alert::{AlertRule, DEFAULT_ALERTNAME};
+use event_series_core::duration;
+use event_series_core::filter::MatchFilter;
+use event_series_core::settings::{
+    Operator, Policy, PolicySet, Requirement, Selector, Settings, SettingsError,
 };
-use crate::alert::{AlertRule, DEFAULT_ALERTNAME};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 //! describes and how many namespaces the policy governs; and the background writer of those statuses.
 
 use super::crd::{EventSeriesPolicy, EventSeriesPolicyStatus};
-use super::settings::SettingsError;
+use event_series_core::settings::SettingsError;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
@@ -113,7 +113,10 @@ impl StatusWriter {
                 }
                 Err(e) => {
                     let delays = self.delays.entry(name.clone()).or_insert_with(|| {
-                        crate::retry::delays(Duration::from_millis(500), Duration::from_secs(60))
+                        crate::api::retry::delays(
+                            Duration::from_millis(500),
+                            Duration::from_secs(60),
+                        )
                     });
                     let retry_in = delays.next().unwrap_or(Duration::from_secs(60));
                     tracing::warn!(policy = %name, error = %e, ?retry_in, "policy status write failed; retrying");

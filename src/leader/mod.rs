@@ -18,8 +18,8 @@
 
 pub mod elector;
 
-use crate::client::timed_out;
-use crate::metrics::Metrics;
+use crate::api::client::timed_out;
+use crate::operations::metrics::Metrics;
 use anyhow::Context;
 use elector::{Decision, Elector, Fence, Record, Timings};
 use k8s_openapi::api::coordination::v1::Lease;

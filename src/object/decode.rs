@@ -16,11 +16,11 @@ use super::{
     KEY_LABEL, SOURCES_ANNOTATION, STATE_LABEL, WATERMARK_ANNOTATION, WRITTEN_AT_ANNOTATION,
     object_name, parse_sources,
 };
-use crate::intent::{MAX_SOURCES, SeriesState, StoredSeries};
-use crate::key::fields::{CONTROLLER_LIMIT, LENGTH_LIMIT, NOTE_LIMIT, reference};
-use crate::key::normalise::{Cutter, to_chrono};
-use crate::key::{KeyBuf, KeyId, SeriesKey};
 use chrono::{DateTime, TimeDelta, Utc};
+use event_series_core::intent::{MAX_SOURCES, SeriesState, StoredSeries};
+use event_series_core::key::fields::{CONTROLLER_LIMIT, LENGTH_LIMIT, NOTE_LIMIT, reference};
+use event_series_core::key::normalise::{Cutter, to_chrono};
+use event_series_core::key::{KeyBuf, KeyId, SeriesKey};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -103,14 +103,14 @@ impl Check {
 /// What a series object's annotations say beyond its fields.
 struct Annotations {
     watermark: u64,
-    sources: Vec<crate::intent::Source>,
+    sources: Vec<event_series_core::intent::Source>,
     last_write: Option<DateTime<Utc>>,
 }
 
 fn invalid(field: &'static str, value: &str) -> DecodeError {
     DecodeError::Invalid {
         field,
-        value: crate::key::fields::cut(value, 80).to_owned(),
+        value: event_series_core::key::fields::cut(value, 80).to_owned(),
     }
 }
 
@@ -197,7 +197,7 @@ pub fn decode(ev: &Event, check: Check) -> Result<StoredSeries, DecodeError> {
             .and_then(|a| a.get(super::FORMAT_ANNOTATION))
             .map_or("", String::as_str);
         return Err(DecodeError::UnknownFormat {
-            found: crate::key::fields::cut(found, 20).to_owned(),
+            found: event_series_core::key::fields::cut(found, 20).to_owned(),
             newest: super::FORMAT,
         });
     }
@@ -225,7 +225,7 @@ pub fn decode(ev: &Event, check: Check) -> Result<StoredSeries, DecodeError> {
     let (name, name_variant) = super::split_variant(name);
     if derived != name {
         return Err(DecodeError::NameMismatch {
-            name: crate::key::fields::cut(name, 80).to_owned(),
+            name: event_series_core::key::fields::cut(name, 80).to_owned(),
             derived,
         });
     }

@@ -4,10 +4,10 @@ use super::{
     FORMAT, FORMAT_ANNOTATION, KEY_LABEL, MANAGED_BY, MANAGED_BY_LABEL, SOURCES_ANNOTATION,
     STATE_LABEL, WATERMARK_ANNOTATION, WRITTEN_AT_ANNOTATION, encode_sources, name_of,
 };
-use crate::intent::Snapshot;
-use crate::key::ObjectRef;
-use crate::key::fields::note;
 use chrono::{DateTime, Utc};
+use event_series_core::intent::Snapshot;
+use event_series_core::key::ObjectRef;
+use event_series_core::key::fields::note;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::{Event, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};

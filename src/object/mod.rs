@@ -2,7 +2,7 @@
 //!
 //! Everything about how a series is stored lives here: the object's name, its labels and annotations,
 //! how a [`Snapshot`] becomes an object the API accepts ([`encode`], with the field rules of
-//! [`crate::key::fields`]), and how an object is read back after a restart ([`decode()`]).
+//! [`event_series_core::key::fields`]), and how an object is read back after a restart ([`decode()`]).
 //!
 //! What a series object carries for an exact rebuild:
 //! - label `app.kubernetes.io/managed-by=event-series`, which keeps it out of the raw-event watch;
@@ -10,7 +10,7 @@
 //! - label `eventseries.dev/key`: the [`KeyId`], 32 hex digits;
 //! - annotation `eventseries.dev/watermark`: resourceVersion up to which every raw event was absorbed;
 //! - annotation `eventseries.dev/sources`: `<16 hex raw id>=<count>@<unix µs>` for at most
-//!   [`MAX_SOURCES`](crate::intent::MAX_SOURCES) raw objects, comma-separated;
+//!   [`MAX_SOURCES`](event_series_core::intent::MAX_SOURCES) raw objects, comma-separated;
 //! - annotation `eventseries.dev/written-at`: when it was written, so that every heartbeat changes it;
 //! - `eventTime`, `series.count`, `series.lastObservedTime`, and the key fields themselves.
 
@@ -20,10 +20,10 @@ pub mod encode;
 pub use decode::{Check, DecodeError, decode};
 pub use encode::{to_event, to_update};
 
-use crate::intent::{Snapshot, Source};
-use crate::key::fields::dns_subdomain;
-use crate::key::{KeyId, KeyRef, RawId};
 use chrono::{DateTime, Utc};
+use event_series_core::intent::{Snapshot, Source};
+use event_series_core::key::fields::dns_subdomain;
+use event_series_core::key::{KeyId, KeyRef, RawId};
 use xxhash_rust::xxh3::xxh3_64;
 
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -190,8 +190,8 @@ pub fn parse_sources(s: &str) -> Option<Vec<Source>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::key::ObjectRef;
-    use crate::key::fields::is_dns_subdomain;
+    use event_series_core::key::ObjectRef;
+    use event_series_core::key::fields::is_dns_subdomain;
 
     #[test]
     fn names_are_dns_subdomains() {

@@ -3,6 +3,7 @@
 //! series rows and cannot sort by last seen; this reads only the series objects, with the user's own
 //! kubeconfig and rights. [`table`] is the pure part; this module talks to the API server.
 
+pub mod escape;
 pub mod table;
 
 use crate::object::{STATE_LABEL, managed_selector};

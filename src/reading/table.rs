@@ -1,10 +1,10 @@
 //! The series as a table: from series objects and an injected clock to rows and text. No I/O, so
 //! that the table is tested to the character.
 
-use crate::key::normalise::to_chrono;
 use crate::object::{STATE_LABEL, WRITTEN_AT_ANNOTATION};
-pub use crate::visible::visible;
+pub use crate::reading::escape::visible;
 use chrono::{DateTime, TimeDelta, Utc};
+use event_series_core::key::normalise::to_chrono;
 use k8s_openapi::api::events::v1::Event;
 
 /// One series, as `event-series get` shows it.

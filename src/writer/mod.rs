@@ -26,13 +26,13 @@ pub mod fair;
 mod owed;
 pub mod queue;
 
-use crate::client::timed_out;
-use crate::health::Health;
-use crate::intent::{Intent, Landed};
+use crate::api::client::timed_out;
 use crate::leader::WriteFence;
 use crate::leader::elector::Fence;
-use crate::metrics::Metrics;
 use crate::object::{self, to_event, to_update};
+use crate::operations::health::Health;
+use crate::operations::metrics::Metrics;
+use event_series_core::intent::{Intent, Landed};
 use futures::stream::{FuturesUnordered, StreamExt};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use k8s_openapi::api::events::v1::Event;
@@ -246,7 +246,7 @@ impl Writer {
     }
 
     /// Reports each create or heartbeat that lands to `landed` (the controller hands it to
-    /// [`crate::engine::Engine::written`]). A report that finds the channel full is dropped: the
+    /// [`event_series_core::engine::Engine::written`]). A report that finds the channel full is dropped: the
     /// series then keeps the heartbeat booked from when its write was asked for, which is earlier,
     /// never later, than the one the report would have set.
     pub fn reporting(mut self, landed: Sender<Landed>) -> Writer {
@@ -387,7 +387,7 @@ impl Writer {
             self.after_burst = true;
         }
         if self.queue.is_empty() && std::mem::take(&mut self.after_burst) {
-            crate::memory::release_free_pages();
+            crate::operations::memory::release_free_pages();
         }
     }
 
@@ -485,8 +485,8 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Settings;
-    use crate::engine::Engine;
+    use event_series_core::engine::Engine;
+    use event_series_core::settings::Settings;
 
     /// Create intents of `n` distinct series, as the engine makes them.
     fn creates(n: usize) -> Vec<Intent> {
@@ -500,7 +500,7 @@ mod tests {
                 "firstTimestamp": now, "lastTimestamp": now, "count": 2
             }))
             .unwrap();
-            engine.observe(now, &crate::key::normalise(&raw).unwrap());
+            engine.observe(now, &event_series_core::key::normalise(&raw).unwrap());
         }
         engine.take_intents()
     }

@@ -1,8 +1,8 @@
 //! What a pending write owes, kind by kind, and since when: the start of each wait that
 //! `event_series_write_latency_seconds` measures.
 
-use crate::intent::{Intent, WriteKind};
 use chrono::{DateTime, Utc};
+use event_series_core::intent::{Intent, WriteKind};
 
 /// Since when each kind of write has been owed and not yet carried by a write, on the engine's
 /// clock ([`Intent::due`]). One entry per kind, so that a heartbeat coalesced into a finish still
@@ -49,7 +49,7 @@ impl Owed {
             (WriteKind::Refresh, self.refresh),
             (WriteKind::Heartbeat, self.heartbeat),
             (
-                WriteKind::Finish(crate::intent::FinishCause::Quiet),
+                WriteKind::Finish(event_series_core::intent::FinishCause::Quiet),
                 self.finish,
             ),
         ]

@@ -16,8 +16,8 @@
 use super::fair::Fair;
 pub use super::owed::Owed;
 use super::{Answer, Next, Verb, next};
-use crate::intent::{Intent, WriteKind};
 use crate::object;
+use event_series_core::intent::{Intent, WriteKind};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -95,7 +95,7 @@ struct Pending {
 }
 
 fn delays() -> backon::ExponentialBackoff {
-    crate::retry::delays(Duration::from_millis(100), Duration::from_secs(60))
+    crate::api::retry::delays(Duration::from_millis(100), Duration::from_secs(60))
 }
 
 /// Whether the object may hold what the request carried though the answer did not say it was
@@ -476,9 +476,9 @@ impl Queue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Settings;
-    use crate::engine::Engine;
-    use crate::intent::FinishCause;
+    use event_series_core::engine::Engine;
+    use event_series_core::intent::FinishCause;
+    use event_series_core::settings::Settings;
 
     /// Pushes an intent that must be queued.
     trait Put {
@@ -506,7 +506,7 @@ mod tests {
         }))
         .unwrap();
         let mut engine = Engine::with_settings(Settings::default());
-        engine.observe(now, &crate::key::normalise(&raw).unwrap());
+        engine.observe(now, &event_series_core::key::normalise(&raw).unwrap());
         let mut intent = engine.take_intents().remove(0);
         intent.kind = kind;
         intent.series.count = count;
@@ -785,11 +785,11 @@ mod tests {
     fn in_ns(ns: &str, pod: &str) -> Intent {
         let mut i = intent(pod, WriteKind::Create, 2);
         let key = i.series.key.view();
-        let moved = crate::key::SeriesKey {
+        let moved = event_series_core::key::SeriesKey {
             namespace: ns,
             ..key
         };
-        i.series.key = crate::key::KeyBuf::new(&moved, "m");
+        i.series.key = event_series_core::key::KeyBuf::new(&moved, "m");
         i.series.namespace = ns.into();
         i
     }

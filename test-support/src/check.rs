@@ -16,12 +16,12 @@
 use chrono::{DateTime, TimeDelta, Utc};
 use event_series::config::EventSeriesPolicySpec;
 use event_series::config::resolve::to_policy;
-use event_series::config::settings::{PolicySet, Settings};
-use event_series::engine::{Engine, EngineConfig};
-use event_series::intent::{Intent, SeriesState, WriteKind};
-use event_series::key::{self, Observation, RawId};
 use event_series::object;
 use event_series::object::to_event;
+use event_series_core::engine::{Engine, EngineConfig};
+use event_series_core::intent::{Intent, SeriesState, WriteKind};
+use event_series_core::key::{self, Observation, RawId};
+use event_series_core::settings::{PolicySet, Settings};
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::api::events::v1 as events;
 use k8s_openapi::jiff::Timestamp;

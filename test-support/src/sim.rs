@@ -3,12 +3,13 @@
 
 use crate::raw::{Occurrences, app_container, kubelet};
 use chrono::{DateTime, TimeDelta, Utc};
-use event_series::config::settings::{PolicySet, Settings};
-use event_series::engine::{Engine, EngineConfig};
-use event_series::intent::{Intent, SeriesState, WriteKind};
-use event_series::key;
+use event_series::input::restart;
+use event_series::object;
 use event_series::object::to_event;
-use event_series::{object, restart};
+use event_series_core::engine::{Engine, EngineConfig};
+use event_series_core::intent::{Intent, SeriesState, WriteKind};
+use event_series_core::key;
+use event_series_core::settings::{PolicySet, Settings};
 use k8s_openapi::api::core::v1::{Event, EventSeries, ObjectReference};
 use k8s_openapi::api::events::v1 as events;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
@@ -403,7 +404,7 @@ impl Sim {
         }
         // The raw events as a list serves them (in key order: namespace, then name), through the
         // operator's own restart buffer.
-        let metrics = event_series::metrics::Metrics::default();
+        let metrics = event_series::operations::metrics::Metrics::default();
         let mut restart = restart::Restart::new(self.restart_buffer);
         for ev in self.raws.values() {
             restart.buffer(ev, &metrics);

@@ -48,7 +48,7 @@ async fn legacy_loop(
     Ok(())
 }
 
-/// SPEC "Writes per series": 1 create + one per heartbeat + 1 finish, whatever the number of
+/// "Writes per series": 1 create + one per heartbeat + 1 finish, whatever the number of
 /// occurrences, counted by the apiserver itself.
 #[tokio::test]
 async fn writes_per_series_are_independent_of_occurrences() -> Result<()> {
@@ -123,7 +123,7 @@ async fn writes_per_series_are_independent_of_occurrences() -> Result<()> {
     ns.cleanup().await
 }
 
-/// SPEC Input: watches that end every 2 seconds are re-established from the last resourceVersion,
+/// Input: watches that end every 2 seconds are re-established from the last resourceVersion,
 /// never by relisting, and counts stay exact. (kube-rs always sends `timeoutSeconds`, so the short
 /// apiserver `--min-request-timeout` alone would not end them; `--watch-timeout` does.)
 #[tokio::test]
@@ -174,7 +174,7 @@ async fn expiring_watches_resume_without_relisting() -> Result<()> {
     ns.cleanup().await
 }
 
-/// SPEC Heartbeat: the stored object changes every `heartbeatInterval` while the loop lasts, so an
+/// Heartbeat: the stored object changes every `heartbeatInterval` while the loop lasts, so an
 /// Ongoing series outlives an `--event-ttl` shorter than the loop, while the raw events expire.
 #[tokio::test]
 async fn heartbeats_keep_a_series_alive_past_the_event_ttl() -> Result<()> {
@@ -238,7 +238,7 @@ async fn heartbeats_keep_a_series_alive_past_the_event_ttl() -> Result<()> {
     ns.cleanup().await
 }
 
-/// SPEC Writes: under 429s (max-inflight limits far below the storm, priority and fairness off so the
+/// Writes: under 429s (max-inflight limits far below the storm, priority and fairness off so the
 /// apiserver rejects instead of queueing) the operator backs off and the final counts are still exact.
 ///
 /// The emitters write as the admin, whom the inflight limits exempt: a throttled emitter can be starved

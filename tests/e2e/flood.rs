@@ -108,7 +108,7 @@ async fn run(kc: &Path, label: &str, message: usize) -> Result<(u64, u64)> {
     Ok((watching, restarted))
 }
 
-/// SPEC Input, sizes: 300 events with 1 MB messages cost the operator no more than 1.5 times the
+/// Input, sizes: 300 events with 1 MB messages cost the operator no more than 1.5 times the
 /// memory of 300 with 100-byte messages, watching and after a restart (peak RSS, VmHWM).
 #[tokio::test]
 async fn one_mb_messages_cost_no_more_memory_than_short_ones() -> Result<()> {
@@ -134,7 +134,7 @@ async fn one_mb_messages_cost_no_more_memory_than_short_ones() -> Result<()> {
     Ok(())
 }
 
-/// #25: 60,000 raw events with every field at its limit (a key of about 4.6 KB each once cut, 276
+/// 60,000 raw events with every field at its limit (a key of about 4.6 KB each once cut, 276
 /// MB of keys in all; one occurrence each, so none makes a write) beside a quiet namespace's loop,
 /// with the default budgets (`--max-key-bytes`, `--restart-buffer-bytes`): the operator's peak RSS
 /// while watching and after a restart that lists them all stays under the Deployment's 256 MiB

@@ -36,7 +36,7 @@ async fn wait_holder(api: &Api<Lease>, who: &str, within: Duration) -> Result<Du
     )
 }
 
-/// SPEC Operations: more than one replica; a standby takes over within the lease duration and rebuilds
+/// Operations: more than one replica; a standby takes over within the lease duration and rebuilds
 /// its state by listing; `/metrics`, `/healthz` and `/readyz` answer during a storm.
 #[tokio::test]
 async fn a_standby_takes_over_from_a_killed_leader_with_exact_counts() -> Result<()> {
@@ -96,7 +96,7 @@ async fn a_standby_takes_over_from_a_killed_leader_with_exact_counts() -> Result
     });
     tokio::time::sleep(Duration::from_secs(4)).await;
 
-    // Scraped mid-storm: every SPEC metric is exported by the leader, both replicas are healthy.
+    // Scraped mid-storm: every documented metric is exported by the leader, both replicas are healthy.
     let (code, text) = a.get("/metrics").unwrap_or_default();
     assert_eq!(code, 200);
     for name in [

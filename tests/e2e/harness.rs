@@ -1,10 +1,10 @@
 //! The harness itself: the apiserver is real (events.k8s.io validation, RBAC, service-account tokens).
 
 use chrono::{TimeDelta, Utc};
-use event_series::config::settings::Settings;
-use event_series::engine::Engine;
-use event_series::key;
 use event_series::object::{name_of, to_event};
+use event_series_core::engine::Engine;
+use event_series_core::key;
+use event_series_core::settings::Settings;
 use event_series_test_support::cluster::{TestNamespace, client, kubeconfig, kubectl};
 use event_series_test_support::raw::kubelet_backoff;
 use k8s_openapi::api::authentication::v1::TokenRequest;

@@ -29,7 +29,7 @@ fn forbidden<T: std::fmt::Debug>(what: &str, r: Result<T, kube::Error>) {
     }
 }
 
-/// SPEC Install: `kubectl apply -k config/default` (server side, with the real validation) installs a
+/// Install: `kubectl apply -k config/default` (server side, with the real validation) installs a
 /// hardened Deployment and least-privilege RBAC; the operator running as that ServiceAccount completes
 /// a lifecycle with no Forbidden, and is refused Secrets, Pods, ConfigMaps and deletes.
 #[tokio::test]
@@ -436,7 +436,7 @@ fn refused<T: std::fmt::Debug>(what: &str, r: Result<T, kube::Error>) {
     }
 }
 
-/// SPEC Install: the ValidatingAdmissionPolicy refuses, from anyone but the operator's ServiceAccount
+/// Install: the ValidatingAdmissionPolicy refuses, from anyone but the operator's ServiceAccount
 /// (which just wrote `genuine`), an Event carrying the operator's label or an `eventseries.dev/`
 /// label or annotation; ordinary events pass.
 async fn refused_by_the_admission_policy(
@@ -510,7 +510,7 @@ async fn refused_by_the_admission_policy(
             .await,
     );
     // A tenant with update rights strips the operator's labels and annotations off a genuine
-    // series object in one merge patch (#25: the new object alone carries none, so a policy that
+    // series object in one merge patch (the new object alone carries none, so a policy that
     // judged only it let this through, and the object was then counted as a raw event).
     let genuine_name = genuine
         .metadata
@@ -633,7 +633,7 @@ async fn helm_cycle(tool: &str) -> Result<()> {
         &["apply", "--server-side", "-k", &samples.to_string_lossy()],
     )?;
     // One per cluster: a second release, under another name and namespace, is refused with the
-    // name of the first (#25: it would have watched every Event twice, and each release's
+    // name of the first (it would have watched every Event twice, and each release's
     // admission policy refused the other's writes).
     let second = helm_on(&[
         "install",

@@ -497,8 +497,8 @@ async fn keys_at_every_limit_stay_within_the_byte_budget_beside_a_quiet_loop() -
 
 /// A tenant with update rights on Events (and no admission policy installed) strips the operator's
 /// labels and annotations off an Ongoing series object through core/v1, the loop goes on, and the
-/// operator restarts in the middle: the stripped object is never counted as a raw event (before
-/// #25 the loop of 10 ended as one series of 16), and the loop still ends as one series object
+/// operator restarts in the middle: the stripped object is never counted as a raw event (the
+/// loop of 10 once ended as one series of 16), and the loop still ends as one series object
 /// with the emitters' exact count.
 #[tokio::test]
 async fn a_series_object_stripped_of_its_labels_is_neither_counted_nor_lost() -> Result<()> {
@@ -699,11 +699,11 @@ async fn a_name_taken_by_a_tenants_event_is_left_alone_and_the_series_takes_the_
 
 /// The name the operator's engine gives the series these raw event states make.
 fn predicted_name(states: &[&CoreEvent]) -> Result<String> {
-    use event_series::engine::Engine;
-    let mut engine = Engine::with_settings(event_series::config::Settings::default());
+    use event_series_core::engine::Engine;
+    let mut engine = Engine::with_settings(event_series_core::settings::Settings::default());
     let now = chrono::Utc::now();
     for ev in states {
-        engine.observe(now, &event_series::key::normalise(ev)?);
+        engine.observe(now, &event_series_core::key::normalise(ev)?);
     }
     let intent = engine
         .take_intents()

@@ -371,9 +371,9 @@ async fn two_seconds_of_latency_cause_no_timeout_storm() -> Result<()> {
 /// `n` Ongoing series objects in `ns`, as the operator would have written them (one per pod), made
 /// by the engine itself and created 32 at a time.
 pub(crate) async fn series_objects(client: &kube::Client, ns: &str, n: usize) -> Result<()> {
-    use event_series::config::settings::Settings;
-    use event_series::engine::Engine;
     use event_series::object::to_event;
+    use event_series_core::engine::Engine;
+    use event_series_core::settings::Settings;
     use event_series_test_support::raw::kubelet_backoff;
     use futures::StreamExt;
     let mut engine = Engine::with_settings(Settings::default());
@@ -381,7 +381,7 @@ pub(crate) async fn series_objects(client: &kube::Client, ns: &str, n: usize) ->
     let mut objects = Vec::with_capacity(n);
     for i in 0..n {
         let raw = kubelet_backoff(ns, &format!("p{i}.raw"), &format!("p{i}"), 3);
-        engine.observe(now, &event_series::key::normalise(&raw)?);
+        engine.observe(now, &event_series_core::key::normalise(&raw)?);
         objects.extend(
             engine
                 .take_intents()

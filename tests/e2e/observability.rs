@@ -1,4 +1,4 @@
-//! SPEC Install (config/prometheus, config/grafana): every metric the alert rules and the dashboard
+//! Install (config/prometheus, config/grafana): every metric the alert rules and the dashboard
 //! use is in the scrape of a running operator that has made a series.
 
 use crate::operator::{crashloop, start, wait_for};

@@ -101,7 +101,7 @@ where
     }
 }
 
-/// SPEC Output: a legacy storm becomes one Ongoing series per loop; its next heartbeat writes the count
+/// Output: a legacy storm becomes one Ongoing series per loop; its next heartbeat writes the count
 /// the API holds (occurrences between writes cost nothing); after `finishAfter` of quiet it is Finished
 /// with the final count; a new burst makes a new object.
 #[tokio::test]
@@ -225,7 +225,7 @@ async fn legacy_storm_becomes_one_series_per_loop_then_finishes() -> Result<()> 
     ns.cleanup().await
 }
 
-/// SPEC Restart: kill -9 the operator mid-loop, keep emitting, start it again: still one object for the
+/// Restart: kill -9 the operator mid-loop, keep emitting, start it again: still one object for the
 /// series, with the exact count.
 #[tokio::test]
 async fn kill_9_mid_loop_keeps_one_object_and_the_exact_count() -> Result<()> {
@@ -285,7 +285,7 @@ async fn kill_9_mid_loop_keeps_one_object_and_the_exact_count() -> Result<()> {
     ns.cleanup().await
 }
 
-/// SPEC Input: new-style events from client-go's `tools/events` are folded by their `series.count`
+/// Input: new-style events from client-go's `tools/events` are folded by their `series.count`
 /// deltas (that recorder itself writes only counts 1 and 2 within its first 30 minutes).
 #[tokio::test]
 async fn new_style_events_fold_by_series_count() -> Result<()> {

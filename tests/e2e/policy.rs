@@ -27,8 +27,8 @@ fn policy_yaml(name: &str, spec: &str) -> String {
     )
 }
 
-/// SPEC Configuration: invalid values are refused by the API server itself, with a message that names
-/// the field; a valid empty spec is defaulted by the server to the SPEC defaults.
+/// Configuration: invalid values are refused by the API server itself, with a message that names
+/// the field; a valid empty spec is defaulted by the server to the default settings.
 #[tokio::test]
 async fn bad_policies_are_refused_by_the_api_server_naming_the_field() -> Result<()> {
     let _ = client().await?; // the shared cluster, with the CRD installed
@@ -160,7 +160,7 @@ async fn wait_status(
     }
 }
 
-/// SPEC Configuration: a policy applies live, without a restart; its status reports the generation it
+/// Configuration: a policy applies live, without a restart; its status reports the generation it
 /// applies; a change of `match` applies too. On a cluster of its own: only an operator watching every
 /// namespace writes policy statuses.
 #[tokio::test]

@@ -1,11 +1,11 @@
-//! SPEC Operations: the listening port cannot be starved. An operator held to a container's default
+//! Operations: the listening port cannot be starved. An operator held to a container's default
 //! of 1,024 file descriptors, flooded with idle connections, stays idle itself, cuts a client that
 //! sends half a request header, answers `/readyz` and still makes the series of a new crash loop.
 
 use crate::OPERATOR;
 use crate::operator::{count, emit, wait_for};
 use anyhow::{Context, Result, bail};
-use event_series::server::listener::{HEADER_READ_TIMEOUT, MAX_CONNECTIONS};
+use event_series::operations::server::listener::{HEADER_READ_TIMEOUT, MAX_CONNECTIONS};
 use event_series_test_support::cluster::{TestNamespace, client, kubeconfig};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -1,4 +1,4 @@
-//! SPEC Reading: `event-series get` and `kubectl series` on the real apiserver, reading the series
+//! Reading: `event-series get` and `kubectl series` on the real apiserver, reading the series
 //! objects of real loops (client-go's legacy recorder) as the user's own kubeconfig allows.
 
 use crate::operator::{count, crashloop, start, state, wait_for};
@@ -305,7 +305,7 @@ async fn series_are_read_as_series_with_filters_formats_and_watch() -> Result<()
     ns.cleanup().await
 }
 
-/// #25: a tenant's Event whose reason, regarding name and note hold ESC, OSC 52, C1 and DEL
+/// a tenant's Event whose reason, regarding name and note hold ESC, OSC 52, C1 and DEL
 /// sequences: the series object is written with them, and `event-series get` (table, `-o wide`,
 /// `--watch`) prints no raw control byte, while `-o json` keeps the exact values. (Before: the table
 /// wrote the tenant's bytes to the admin's terminal as they were.)

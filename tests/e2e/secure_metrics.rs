@@ -1,4 +1,4 @@
-//! SPEC Operations: `/metrics` over HTTPS by default, for a bearer token the real API server accepts
+//! Operations: `/metrics` over HTTPS by default, for a bearer token the real API server accepts
 //! (TokenReview) of a user who may `get` `/metrics` (SubjectAccessReview); decisions cached.
 
 use crate::OPERATOR;

@@ -66,7 +66,7 @@ async fn transitions(leases: &Api<Lease>) -> Option<i32> {
         .lease_transitions
 }
 
-/// SPEC Operations: a control plane answering in seconds keeps one leader. Two replicas, each behind
+/// Operations: a control plane answering in seconds keeps one leader. Two replicas, each behind
 /// 1 s of latency each way (a GET and a PUT of the Lease take 4 s, a fresh TLS connection more),
 /// client-go's default timings, for three minutes of crash loops: one holder throughout, no exit, no
 /// transition, every loop counted exactly in one object. Before renewal rounds had the renew
@@ -121,7 +121,7 @@ async fn a_control_plane_one_second_away_keeps_one_leader() -> Result<()> {
     ns.cleanup().await
 }
 
-/// SPEC Operations: a restore survives expired continue tokens. A cluster whose etcd is compacted
+/// Operations: a restore survives expired continue tokens. A cluster whose etcd is compacted
 /// every 5 s while other writes go on; 400 stored series objects listed one per page through 50 ms
 /// of latency each way, so the list outlives its snapshot many times over. The restore completes
 /// (each expired token counted in `restore_tokens_expired_total`), restores every series once, and
@@ -188,7 +188,7 @@ async fn a_restore_outlives_its_continue_tokens() -> Result<()> {
     Ok(())
 }
 
-/// SPEC Input: the first list of raw events outlives its continue tokens too. 150 stored raw events
+/// Input: the first list of raw events outlives its continue tokens too. 150 stored raw events
 /// (each already a series) listed one per page through 50 ms of latency each way, on a cluster whose
 /// etcd is compacted every 5 s while other writes go on: every token expires many times over. The
 /// list goes on from the token the API server offers, so the operator becomes ready with every
@@ -268,7 +268,7 @@ async fn churn(client: kube::Client, ns: String) {
     }
 }
 
-/// SPEC Operations: a restore that cannot progress for `--restore-timeout` gives up the Lease and
+/// Operations: a restore that cannot progress for `--restore-timeout` gives up the Lease and
 /// exits non-zero, and the standby leads. Replica a may not list series objects (its role lacks
 /// `list` on events.k8s.io events), so its restore never gets a page. Before, it retried forever
 /// while renewing the Lease, and the standby never led.
@@ -337,7 +337,7 @@ async fn a_restore_that_cannot_progress_hands_the_lease_over() -> Result<()> {
     ns.cleanup().await
 }
 
-/// SPEC Operations: a standby times the holder by its election record. A Lease held by a replica
+/// Operations: a standby times the holder by its election record. A Lease held by a replica
 /// that is gone, whose annotations another client rewrites every second (new resourceVersions,
 /// the same record): the standby leads within the lease duration plus the retry period. Before, each
 /// edit restarted its wait, and it never led.
@@ -413,7 +413,7 @@ struct Incarnation {
     exited: Option<chrono::DateTime<chrono::Utc>>,
 }
 
-/// SPEC Operations: at 2.5 s of latency each way a leader may lose the Lease, but the fence holds
+/// Operations: at 2.5 s of latency each way a leader may lose the Lease, but the fence holds
 /// and the pair recovers by itself. Two replicas, each behind its own proxy; a replica that exits is
 /// started again at once (as its kubelet would). For 100 s, a new crash loop of two pods every 20 s
 /// (occurrences that reach no leader within `seriesWindow` are dropped as stale, by design). Then the
@@ -568,7 +568,7 @@ async fn at_two_and_a_half_seconds_the_fence_holds_and_the_pair_recovers() -> Re
     ns.cleanup().await
 }
 
-/// SPEC Operations: a leader releases the Lease on shutdown only when no request of its is still
+/// Operations: a leader releases the Lease on shutdown only when no request of its is still
 /// unanswered. The leader's connections turn slow (3 s each way) 2.5 s before SIGTERM, while it
 /// heartbeats every second or two: writes are in flight when `--shutdown-timeout` (1 s) cuts them. It
 /// must not release the Lease, so the standby waits out the lease duration from the leader's last
@@ -695,7 +695,7 @@ async fn a_leader_with_writes_unanswered_at_shutdown_lets_its_lease_expire() -> 
     ns.cleanup().await
 }
 
-/// SPEC Operations: a leader stopping releases its Lease even when a renewal it had on its way
+/// Operations: a leader stopping releases its Lease even when a renewal it had on its way
 /// landed after the election stopped (the Lease one version further, still its own). Before, the
 /// release was refused with a conflict (a full e2e run logged `releasing the lease failed ...
 /// Conflict` and `a_restore_that_cannot_progress_hands_the_lease_over` failed) and the standby

@@ -1,6 +1,6 @@
 //! The raw-event watch on the real apiserver: list, then watch, own objects excluded.
 
-use event_series::watch::{Step, raw_events};
+use event_series::input::watch::{Step, raw_events};
 use event_series_test_support::cluster::{TestNamespace, client};
 use event_series_test_support::raw::{kubelet_backoff, operators_own};
 use futures::StreamExt;
@@ -38,7 +38,7 @@ async fn lists_then_watches_and_leaves_out_own_objects() -> anyhow::Result<()> {
     api.create(&PostParams::default(), &raw(&ns.name, "ours-1", true))
         .await?;
 
-    let pages = event_series::paging::PageSize::new(500, 1 << 20);
+    let pages = event_series::input::paging::PageSize::new(500, 1 << 20);
     let mut steps = Box::pin(raw_events(Api::all(client.clone()), 290, true, pages));
     let mut listed = Vec::new();
     loop {

@@ -1,4 +1,4 @@
-//! The control plane restarted under the operator's feet, mid-storm (SPEC Input, Writes): kube-apiserver
+//! The control plane restarted under the operator's feet, mid-storm (Input, Writes): kube-apiserver
 //! alone, then etcd and kube-apiserver killed with SIGKILL, then both stopped for longer. The data, the
 //! port and the certificates survive, as in a real control-plane restart; the operator is never
 //! touched and must recover on its own, with exact counts.

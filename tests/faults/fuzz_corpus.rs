@@ -28,7 +28,7 @@ fn seed_events_keep_the_fuzz_invariants() {
         let ev: k8s_openapi::api::core::v1::Event =
             serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{path}: {e}"));
         assert!(
-            event_series::key::normalise(&ev).is_ok(),
+            event_series_core::key::normalise(&ev).is_ok(),
             "{path}: a real event normalises"
         );
         check::check_json(&bytes);

@@ -1,4 +1,4 @@
-//! SIGKILL at random moments of a storm (SPEC Restart): after each restart the operator rebuilds its
+//! SIGKILL at random moments of a storm (Restart): after each restart the operator rebuilds its
 //! state from its own series objects and the raw events; in the end every key has exactly one series
 //! object, Finished, with exactly the occurrences the raw events hold.
 

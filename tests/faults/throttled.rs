@@ -1,4 +1,4 @@
-//! A 429 storm (SPEC Writes): 1,000 crash loops for 10 minutes against an apiserver whose inflight
+//! A 429 storm (Writes): 1,000 crash loops for 10 minutes against an apiserver whose inflight
 //! limits are far below the load, priority and fairness off so that it answers 429 rather than queue.
 //! The loops and the operator run as ServiceAccounts (the admin is exempt from the limits). Nothing
 //! may be lost: each loop's series hold exactly the occurrences its raw event holds.
@@ -149,7 +149,7 @@ async fn a_ten_minute_429_storm_of_1000_keys_loses_nothing() -> Result<()> {
     );
     ensure!(outcome.keys == keys, "every loop wrote its raw event");
     // Nothing lost: the operator saw every occurrence exactly once, and each one is either in a
-    // series object or counted where the SPEC puts an occurrence that cannot join a series (a lone
+    // series object or counted where the contract puts an occurrence that cannot join a series (a lone
     // occurrence after a loop was split by starvation; one that reached the API more than
     // seriesWindow after it happened). None is counted twice.
     ensure!(seen == outcome.occurrences, "the operator saw {seen}");

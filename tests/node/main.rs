@@ -3,6 +3,9 @@
 //! real kubelet, scheduler and controller-manager. Every count is checked against what the emitter
 //! wrote to the API, read from its raw events.
 
+// A scenario reads as one story from top to bottom: the function-length lint is for the product.
+#![allow(clippy::too_many_lines)]
+
 use anyhow::{Context, Result, ensure};
 use event_series_test_support::audit;
 use event_series_test_support::cluster::{count, state};
@@ -230,7 +233,7 @@ async fn a_kubelet_crash_loop_is_one_series_across_a_leader_change_and_finishes(
     Ok(())
 }
 
-/// #26: a young loop's object keeps up with the kubelet. Three minutes into a crash loop, under a
+/// a young loop's object keeps up with the kubelet. Three minutes into a crash loop, under a
 /// policy with the default 30-minute heartbeat, the series object carries at least the count the
 /// kubelet's raw BackOff carried nearly two minutes in (written by the early refresh at 2 minutes;
 /// without refreshes it would still hold its create's count, 2, until the first heartbeat), and
@@ -549,7 +552,7 @@ async fn deleting_a_namespace_with_an_ongoing_series() -> Result<()> {
     Ok(())
 }
 
-/// #28 on the node: the operator's Pods, with `--alertmanager-url` as config/alertmanager sets it
+/// the operator's Pods, with `--alertmanager-url` as config/alertmanager sets it
 /// (pointing at the tests' Alertmanager on the node's bridge address), post a kubelet crash loop:
 /// one firing notification once the BackOff has counted 3, none again while it loops through
 /// several re-posts (every 10 s, and a leader change if the crash-loop test makes one meanwhile),

@@ -8,6 +8,9 @@
 //! A test binary of its own (not in `tests/node`), because it replaces the operator the node tests
 //! share; cargo runs test binaries one after another, so no node test runs beside it.
 
+// A scenario reads as one story from top to bottom: the function-length lint is for the product.
+#![allow(clippy::too_many_lines)]
+
 use anyhow::{Context, Result, bail, ensure};
 use event_series::object::FORMAT;
 use event_series_test_support::audit;

@@ -175,7 +175,7 @@ fn make_dormant(slot: &mut Slot, keys: &mut KeyStore, id: KeyId, c: Tally, max: 
 }
 
 /// The first instant at which a gap after `last` is longer than `window` (a gap of exactly `window`
-/// still belongs to the series, SPEC "no gap longer than seriesWindow").
+/// still belongs to the series, "no gap longer than seriesWindow").
 pub(super) fn beyond(last: DateTime<Utc>, window: TimeDelta) -> DateTime<Utc> {
     last + window + TimeDelta::microseconds(1)
 }

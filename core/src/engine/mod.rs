@@ -191,7 +191,7 @@ impl Engine {
 
     /// Whether the last tick held a finish back for want of input: a series quiet for
     /// `finishAfter` by the clock, but not as far as the input is known complete. The shell then
-    /// seeks a proof of its input (see the controller's currency probe).
+    /// seeks a proof of its input (see the shell's completeness probe).
     pub fn finishes_held(&self) -> bool {
         self.finishes_held
     }

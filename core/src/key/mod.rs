@@ -1,4 +1,4 @@
-//! The isomorphic key of SPEC "Grouping": the fields two occurrences must share to belong to one
+//! The isomorphic key ("Grouping"): the fields two occurrences must share to belong to one
 //! series, and its 128-bit id.
 //!
 //! - [`normalise()`]: a raw core/v1 Event (legacy or new style) read as an [`Observation`] that borrows
@@ -20,7 +20,7 @@ pub use replay::ReplayBuffer;
 use std::fmt;
 use xxhash_rust::xxh3::{Xxh3, xxh3_64};
 
-/// The fields an object reference compares on (SPEC: apiVersion, kind, namespace, name, uid, fieldPath).
+/// The fields an object reference compares on (apiVersion, kind, namespace, name, uid, fieldPath).
 ///
 /// Generic over the string type so that the borrowed view of a raw event (`ObjectRef<&str>`) and the
 /// owned copy a series keeps (`ObjectRef<String>`) share one definition and one hash.

@@ -1,5 +1,5 @@
 //! Normalisation: a raw core/v1 Event, legacy or new style, read as an [`Observation`] that borrows
-//! from it (SPEC "Input" and "Grouping").
+//! from it ("Input" and "Grouping").
 
 use super::fields::{self, CONTROLLER_LIMIT, LENGTH_LIMIT, NOTE_LIMIT, reference};
 use super::{KeyRef, ObjectRef, RawId, SeriesKey};
@@ -120,7 +120,7 @@ fn owns_occurrences(m: &ManagedFieldsEntry) -> bool {
         .is_some_and(|f| FIELDS.iter().any(|k| f.0.get(k).is_some()))
 }
 
-/// Reads a raw core/v1 Event (SPEC "Grouping" and "Input").
+/// Reads a raw core/v1 Event ("Grouping" and "Input").
 ///
 /// - every string is cut to its limit ([`fields`]) here, before anything is stored: the note to 1,024
 ///   bytes, the rest to their API limits; [`Observation::truncated`] says whether anything was cut.

@@ -4,9 +4,9 @@
 //! Alertmanager that is down or slow delays alerts, never the series writes.
 
 use super::Alert;
-use super::client::Alertmanagers;
-use crate::health::Health;
-use crate::metrics::Metrics;
+use super::alertmanager::Alertmanagers;
+use crate::operations::health::Health;
+use crate::operations::metrics::Metrics;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -100,7 +100,8 @@ impl Outbox {
         metrics: Arc<Metrics>,
         health: Arc<Health>,
     ) {
-        let mut delays = crate::retry::delays(Duration::from_millis(500), Duration::from_secs(10));
+        let mut delays =
+            crate::api::retry::delays(Duration::from_millis(500), Duration::from_secs(10));
         let mut last_warning: Option<Instant> = None;
         let mut failing_since: Option<Instant> = None;
         loop {
@@ -134,7 +135,8 @@ impl Outbox {
                 if failing_since.take().is_some() {
                     health.alerts_failing_since(None);
                 }
-                delays = crate::retry::delays(Duration::from_millis(500), Duration::from_secs(10));
+                delays =
+                    crate::api::retry::delays(Duration::from_millis(500), Duration::from_secs(10));
                 continue;
             }
             metrics.alerts_sent("failed", n);

@@ -1,14 +1,14 @@
-//! Alerting during one leader's term: the planner fed from the controller, the outbox, and the
+//! Alert delivery while this replica leads: the planner fed from the controller, the outbox, and the
 //! delivery task, which ends with the term (a deposed leader posts nothing more).
 
-use super::client::{Alertmanagers, Target};
+use super::alertmanager::{Alertmanagers, Target};
 use super::outbox::Outbox;
 use super::{Limits, Planner};
-use crate::engine::Engine;
-use crate::health::Health;
-use crate::intent::{Intent, WriteKind};
-use crate::metrics::Metrics;
+use crate::operations::health::Health;
+use crate::operations::metrics::Metrics;
 use chrono::{DateTime, TimeDelta, Utc};
+use event_series_core::engine::Engine;
+use event_series_core::intent::{Intent, WriteKind};
 use std::sync::Arc;
 
 /// `--alertmanager-*` and `--alert-*` flags.
@@ -23,23 +23,23 @@ pub struct AlertConfig {
 /// Most alerts waiting for delivery.
 const OUTBOX: usize = 20_000;
 
-pub struct Term {
+pub struct Delivery {
     planner: Planner,
     outbox: Arc<Outbox>,
     delivery: tokio::task::JoinHandle<()>,
     metrics: Arc<Metrics>,
 }
 
-impl Term {
+impl Delivery {
     pub fn start(
         config: &AlertConfig,
         metrics: Arc<Metrics>,
         health: Arc<Health>,
-    ) -> anyhow::Result<Term> {
+    ) -> anyhow::Result<Delivery> {
         let to = Alertmanagers::new(config.target.clone())?;
         let outbox = Arc::new(Outbox::new(OUTBOX));
         let delivery = tokio::spawn(outbox.clone().deliver(to, metrics.clone(), health));
-        Ok(Term {
+        Ok(Delivery {
             planner: Planner::new(config.resend, config.limits),
             outbox,
             delivery,
@@ -77,59 +77,8 @@ impl Term {
     }
 }
 
-impl Drop for Term {
+impl Drop for Delivery {
     fn drop(&mut self) {
         self.delivery.abort();
-    }
-}
-
-/// What the controller derives from the engine besides writes: the `loops` gauge, and the alerts
-/// when an Alertmanager is configured.
-pub struct Loops {
-    gauge: crate::metrics::Loops,
-    alerts: Option<Term>,
-}
-
-impl Loops {
-    pub fn new(
-        alerts: Option<&AlertConfig>,
-        max_label_sets: usize,
-        event_ttl: TimeDelta,
-        (metrics, health): (&Arc<Metrics>, &Arc<Health>),
-    ) -> anyhow::Result<Loops> {
-        Ok(Loops {
-            gauge: crate::metrics::Loops::new(max_label_sets, event_ttl, metrics.loop_rows.clone()),
-            alerts: alerts
-                .map(|c| Term::start(c, metrics.clone(), health.clone()))
-                .transpose()?,
-        })
-    }
-
-    pub fn alerting(&self) -> bool {
-        self.alerts.is_some()
-    }
-
-    /// An intent on its way to the writer.
-    pub fn intent(&mut self, engine: &Engine, intent: &Intent) {
-        if let WriteKind::Finish(_) = intent.kind {
-            let key = intent.series.key.view();
-            self.gauge
-                .finished(&intent.series.namespace, key.reason, key.type_, intent.due);
-        }
-        if let Some(alerts) = &mut self.alerts {
-            alerts.intent(engine, intent);
-        }
-    }
-
-    /// The gauge, refreshed on the housekeeping schedule.
-    pub fn housekeep(&mut self, engine: &Engine, now: DateTime<Utc>) {
-        self.gauge.update(engine, now);
-    }
-
-    /// The alert scan.
-    pub fn scan(&mut self, engine: &Engine, now: DateTime<Utc>) {
-        if let Some(alerts) = &mut self.alerts {
-            alerts.scan(engine, now);
-        }
     }
 }

@@ -2,10 +2,10 @@
 //! back-pressure, and back the reports of creates and heartbeats that landed
 //! ([`Engine::written`]), so that heartbeats are timed from when objects were written.
 
-use crate::alerts::Loops;
-use crate::engine::Engine;
-use crate::intent::{Intent, Landed};
-use crate::metrics::Metrics;
+use super::LoopReports;
+use crate::operations::metrics::Metrics;
+use event_series_core::engine::Engine;
+use event_series_core::intent::{Intent, Landed};
 use tokio::sync::mpsc::{self, Receiver, Sender};
 
 /// Intents on their way to the writer; when its queue is full, the controller waits here
@@ -17,7 +17,7 @@ const INTENT_CHANNEL: usize = 1024;
 const LANDED_CHANNEL: usize = 4096;
 
 /// The controller's ends.
-pub struct Handoff {
+pub struct ControllerEnds {
     intents: Sender<Intent>,
     landed: Receiver<Landed>,
 }
@@ -28,24 +28,29 @@ pub struct WriterEnds {
     pub landed: Sender<Landed>,
 }
 
-pub fn channels() -> (Handoff, WriterEnds) {
+pub fn channels() -> (ControllerEnds, WriterEnds) {
     let (intents, intents_rx) = mpsc::channel(INTENT_CHANNEL);
     let (landed_tx, landed) = mpsc::channel(LANDED_CHANNEL);
     let ends = WriterEnds {
         intents: intents_rx,
         landed: landed_tx,
     };
-    (Handoff { intents, landed }, ends)
+    (ControllerEnds { intents, landed }, ends)
 }
 
-impl Handoff {
+impl ControllerEnds {
     /// Hands the engine's intents to the writer, its counters to the metrics, and its finishes to
     /// the loop gauge and the alerts. While the writer has no room, reports are still taken.
-    pub async fn forward(&mut self, engine: &mut Engine, metrics: &Metrics, seen: &mut Loops) {
+    pub async fn forward(
+        &mut self,
+        engine: &mut Engine,
+        metrics: &Metrics,
+        reports: &mut LoopReports,
+    ) {
         metrics.sync_engine(engine.stats(), engine.active_series());
         for intent in engine.take_intents() {
             tracing::debug!(kind = ?intent.kind, id = %intent.series.id, count = intent.series.count, "intent");
-            seen.intent(engine, &intent);
+            reports.intent(engine, &intent);
             let permit = loop {
                 tokio::select! {
                     permit = self.intents.reserve() => break permit,

@@ -17,14 +17,14 @@
 //!
 //! The engine's side of it (what a stored series says was already counted) is `engine::restore`.
 
-use crate::engine::Engine;
-use crate::health::Health;
-use crate::key::ReplayBuffer;
-use crate::metrics::Metrics;
+use crate::input::paging::{self, PageSize};
+use crate::input::watch::Step;
 use crate::object;
-use crate::paging::{self, PageSize};
-use crate::watch::Step;
+use crate::operations::health::Health;
+use crate::operations::metrics::Metrics;
 use chrono::{DateTime, Utc};
+use event_series_core::engine::Engine;
+use event_series_core::key::ReplayBuffer;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use k8s_openapi::api::events::v1::Event;
@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 /// Most objects per page of the list of own series objects. The operator's own objects are bounded
 /// (the note to 1 KiB, the annotations to the sources of a few raw objects), so large pages are
 /// safe and fewer pages matter (each costs the apiserver a range read over every stored event);
-/// look-alikes a tenant wrote can be large, and the byte budget ([`crate::paging`]) still applies.
+/// look-alikes a tenant wrote can be large, and the byte budget ([`crate::input::paging`]) still applies.
 pub const OWN_PAGE_SIZE: u32 = 2000;
 
 /// A restart in progress, from the restore of the own series objects to the end of the first list
@@ -112,7 +112,7 @@ impl Restart {
     /// Keeps one raw event of the first list for the replay; an event that cannot be read is skipped
     /// with a log line and a metric.
     pub fn buffer(&mut self, ev: &CoreEvent, metrics: &Metrics) {
-        if let Some(obs) = crate::feed::read(ev, metrics) {
+        if let Some(obs) = crate::input::feed::read(ev, metrics) {
             self.buffer.push(&obs);
         }
     }
@@ -150,7 +150,7 @@ impl Restart {
         }
         let n = buffer.len();
         drop(buffer);
-        crate::memory::release_free_pages();
+        crate::operations::memory::release_free_pages();
         n
     }
 
@@ -343,7 +343,7 @@ fn restore_page(
 /// The bounds of a restore.
 #[derive(Clone, Copy, Debug)]
 pub struct Bounds {
-    /// About how many bytes of JSON a page may hold ([`crate::paging`]).
+    /// About how many bytes of JSON a page may hold ([`crate::input::paging`]).
     pub page_bytes: usize,
     /// How long the restore may go without a page of its list before it gives up.
     pub restore_timeout: Duration,
@@ -386,7 +386,7 @@ async fn list_with_retry(
     params: &mut ListParams,
     progress: &mut Progress<'_>,
 ) -> Result<ObjectList<Event>, RestoreError> {
-    let mut delays = crate::retry::delays(Duration::from_millis(200), Duration::from_secs(30));
+    let mut delays = crate::api::retry::delays(Duration::from_millis(200), Duration::from_secs(30));
     loop {
         let e = match api.list(params).await {
             Ok(page) => return Ok(page),

@@ -2,11 +2,11 @@
 //! clock. No I/O: the [`super::outbox::Outbox`] delivers what it returns.
 
 use super::{Alert, Loop};
-use crate::alert::AlertRule;
-use crate::engine::Engine;
-use crate::intent::Snapshot;
-use crate::key::KeyId;
 use chrono::{DateTime, TimeDelta, Utc};
+use event_series_core::alert::AlertRule;
+use event_series_core::engine::Engine;
+use event_series_core::intent::Snapshot;
+use event_series_core::key::KeyId;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -220,10 +220,10 @@ fn resolved(mut alert: Alert, at: DateTime<Utc>) -> Alert {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::settings::Settings;
-    use crate::engine::Engine;
-    use crate::intent::WriteKind;
-    use crate::key::{KeyRef, ObjectRef, Observation, RawId};
+    use event_series_core::engine::Engine;
+    use event_series_core::intent::WriteKind;
+    use event_series_core::key::{KeyRef, ObjectRef, Observation, RawId};
+    use event_series_core::settings::Settings;
     use std::sync::Arc;
 
     fn limits(max: usize) -> Limits {

@@ -3,14 +3,14 @@
 //! `/readyz` ([`Health`]: rebuilt, the watch alive, the writes going through).
 //!
 //! This module routes and answers; [`listener`] accepts connections within the bounds that keep
-//! the ports from being starved (SPEC Operations).
+//! the ports from being starved (Operations).
 
 pub mod auth;
 pub mod listener;
 pub mod tls;
 
-use crate::health::Health;
-use crate::metrics::encode;
+use crate::operations::health::Health;
+use crate::operations::metrics::encode;
 use auth::{Authorizer, Decision, ReviewError};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};

@@ -1,4 +1,4 @@
-//! The listener under both servers, and its bounds (SPEC Operations: the ports cannot be starved).
+//! The listener under both servers, and its bounds (Operations: the ports cannot be starved).
 //!
 //! A request's headers (and, for HTTPS, the TLS handshake) must arrive within
 //! [`HEADER_READ_TIMEOUT`]; at most [`MAX_CONNECTIONS`] connections stay open across both servers

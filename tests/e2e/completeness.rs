@@ -1,5 +1,5 @@
 //! Finishing on complete input (README, How it works): the finish waits until the input is proven
-//! complete, and in a quiet namespace the currency probe proves it within seconds.
+//! complete, and in a quiet namespace the completeness probe proves it within seconds.
 
 use crate::operator::{crashloop, start, wait_for, wait_for_within};
 use anyhow::{Context, Result};

@@ -4,7 +4,7 @@
 //! The controller feeds watched and listed events alike; the only difference is the ingest-lag
 //! metric, which only a watched change records: a listed object's occurrences may be arbitrarily
 //! old, so its lag measures nothing. A restart's first list is read here too, then buffered
-//! ([`crate::restart`]).
+//! ([`crate::input::restart`]).
 //!
 //! The watch and the lists leave out the operator's own objects by their label, but whoever may
 //! update Events in a namespace can strip that label (clusters without the admission policy, or
@@ -14,11 +14,11 @@
 //! counted. Nobody is hurt by a forgery of that name: it can only be a tenant's own event about
 //! its own namespace that goes uncounted.
 
-use crate::engine::Engine;
-use crate::key::{self, Observation};
-use crate::metrics::Metrics;
 use crate::object;
+use crate::operations::metrics::Metrics;
 use chrono::{DateTime, Utc};
+use event_series_core::engine::Engine;
+use event_series_core::key::{self, Observation};
 use k8s_openapi::api::core::v1::Event;
 
 /// How a raw event reached the operator.
@@ -97,8 +97,8 @@ pub fn feed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Settings;
     use crate::object::to_event;
+    use event_series_core::settings::Settings;
     use k8s_openapi::api::core::v1::EventSeries;
     use k8s_openapi::api::events::v1 as events;
 
@@ -139,7 +139,7 @@ mod tests {
         .unwrap()
     }
 
-    /// #25: a series object whose labels a tenant stripped is not read as a raw event (it would
+    /// a series object whose labels a tenant stripped is not read as a raw event (it would
     /// count its own series' occurrences again), with the note in the key or not; a raw event of
     /// the same fields under its emitter's name is read.
     #[test]

@@ -37,11 +37,11 @@
 //! change (whose cumulative count brings the missed occurrences). Starting over instead would never
 //! end where one list takes longer than the compaction interval: 10^6 stored events take about ten
 //! minutes on a 2-core machine (docs/BENCHMARKS.md, Failover). A silent watch (a dead connection: no FIN, no RST) is ended by the
-//! client's watch deadline ([`crate::client`]), reported as a stall and resumed at once. [`Watch`] does no I/O, so every decision is unit-tested without a server.
+//! client's watch deadline ([`crate::api::client`]), reported as a stall and resumed at once. [`Watch`] does no I/O, so every decision is unit-tested without a server.
 
-use crate::client::{self, DeadlineExceeded};
+use crate::api::client::{self, DeadlineExceeded};
+use crate::input::paging::{self, PageSize};
 use crate::object::not_managed_selector;
-use crate::paging::{self, PageSize};
 use chrono::{DateTime, Utc};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Event;
@@ -144,7 +144,7 @@ pub struct Watch {
 
 /// Retry delays for failed list or watch requests.
 fn backoff() -> backon::ExponentialBackoff {
-    crate::retry::delays(Duration::from_millis(200), Duration::from_secs(30))
+    crate::api::retry::delays(Duration::from_millis(200), Duration::from_secs(30))
 }
 
 impl Default for Watch {
@@ -323,7 +323,7 @@ impl Watch {
 /// `bookmarks` sets `allowWatchBookmarks`; the operator always asks for them, only the bookmark
 /// benchmark (`event-series run --no-watch-bookmarks`, hidden) turns them off.
 ///
-/// List pages are sized by `pages` ([`crate::paging`]), so that Events carrying 1 MB messages
+/// List pages are sized by `pages` ([`crate::input::paging`]), so that Events carrying 1 MB messages
 /// cannot make one page hundreds of MB.
 pub fn raw_events(
     api: Api<Event>,

@@ -3,7 +3,7 @@
 //!
 //! The watch is alive while the API server keeps answering it: an object, a bookmark, a list page,
 //! or the end of a watch at its timeout, at least once per `--watch-timeout` plus a margin (the
-//! stall bound of [`crate::client`]). The writer is stuck when it has had due writes and no write
+//! stall bound of [`crate::api::client`]). The writer is stuck when it has had due writes and no write
 //! got through for longer than `--request-timeout`. Both recover by themselves: the next sign of
 //! life, the next write that lands.
 //!

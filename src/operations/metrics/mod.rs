@@ -1,15 +1,15 @@
-//! Prometheus metrics (prefix `event_series_`, SPEC "Operations"). The engine keeps plain counters in
-//! [`crate::engine::Stats`]; the shell copies them here, so the pure core needs no metrics library.
+//! Prometheus metrics (prefix `event_series_`, "Operations"). The engine keeps plain counters in
+//! [`event_series_core::engine::Stats`]; the shell copies them here, so the pure core needs no metrics library.
 
 mod labels;
-mod loops;
+mod loop_gauge;
 mod process;
 
 pub use labels::*;
-pub use loops::{LoopCollector, LoopLabels, LoopRows, Loops, TypeLabel, fold};
+pub use loop_gauge::{LoopCollector, LoopGauge, LoopLabels, LoopRows, TypeLabel, fold};
 pub use process::{ProcessCollector, ProcessStats};
 
-use crate::engine::Stats;
+use event_series_core::engine::Stats;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -59,7 +59,7 @@ pub struct Metrics {
     pub alerts_firing: Gauge,
     /// Loops a policy selects for alerts beyond `--max-alerts`, not alerted.
     pub alerts_over_limit: Gauge,
-    /// The rows of `loops{namespace,reason,type,state}` ([`Loops`]).
+    /// The rows of `loops{namespace,reason,type,state}` ([`LoopGauge`]).
     pub loop_rows: std::sync::Arc<LoopRows>,
     /// Engine counters already exported, so that [`Metrics::sync_engine`] adds only the growth.
     seen: SeenStats,
@@ -317,7 +317,7 @@ impl Metrics {
     }
 
     /// A write landed `seconds` after it was owed (see `write_latency_seconds`).
-    pub fn write_latency(&self, kind: crate::intent::WriteKind, seconds: f64) {
+    pub fn write_latency(&self, kind: event_series_core::intent::WriteKind, seconds: f64) {
         let kind = write_kind(kind);
         self.write_latency
             .0
@@ -326,7 +326,7 @@ impl Metrics {
     }
 
     /// A write was shed: its namespace held its share of the pending writes.
-    pub fn write_shed(&self, kind: crate::intent::WriteKind) {
+    pub fn write_shed(&self, kind: event_series_core::intent::WriteKind) {
         self.writes_shed
             .get_or_create(&KindLabels {
                 kind: write_kind(kind),
@@ -352,7 +352,7 @@ impl Metrics {
         self.dropped.get_or_create(&label(reason)).inc_by(n);
     }
 
-    /// A currency probe answered (see [`crate::currency`]).
+    /// A completeness probe answered (see [`crate::input::completeness`]).
     pub fn alerts_sent(&self, outcome: &str, n: u64) {
         self.alerts_sent
             .get_or_create(&OutcomeLabels {
@@ -390,7 +390,7 @@ impl Metrics {
     /// but not ready (the probe only takes it out of the Service).
     pub fn watch_readiness(
         metrics: std::sync::Arc<Metrics>,
-        health: std::sync::Arc<crate::health::Health>,
+        health: std::sync::Arc<crate::operations::health::Health>,
     ) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
             let mut every = tokio::time::interval(std::time::Duration::from_secs(5));
@@ -419,7 +419,7 @@ impl Metrics {
         }
     }
 
-    /// The bounds of [`ONGOING_AGES`] for [`crate::engine::Engine::ongoing_longer_than`].
+    /// The bounds of [`ONGOING_AGES`] for [`event_series_core::engine::Engine::ongoing_longer_than`].
     pub fn ongoing_bounds() -> [chrono::TimeDelta; ONGOING_AGES.len()] {
         ONGOING_AGES.map(|(_, secs)| chrono::TimeDelta::seconds(secs))
     }

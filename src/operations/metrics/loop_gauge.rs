@@ -7,8 +7,8 @@
 //! (the objects still stored), counted from the finishes this replica wrote: a new leader starts
 //! that count from zero.
 
-use crate::engine::Engine;
 use chrono::{DateTime, TimeDelta, Utc};
+use event_series_core::engine::Engine;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::gauge::ConstGauge;
@@ -90,7 +90,7 @@ type Key = (Arc<str>, Arc<str>, Arc<str>);
 
 /// Keeps the `loops` rows: the Finished tally from the finishes written, the Ongoing one from a
 /// scan of the engine.
-pub struct Loops {
+pub struct LoopGauge {
     cap: usize,
     window: TimeDelta,
     finished: VecDeque<(DateTime<Utc>, Key)>,
@@ -98,9 +98,9 @@ pub struct Loops {
     rows: Arc<LoopRows>,
 }
 
-impl Loops {
-    pub fn new(cap: usize, window: TimeDelta, rows: Arc<LoopRows>) -> Loops {
-        Loops {
+impl LoopGauge {
+    pub fn new(cap: usize, window: TimeDelta, rows: Arc<LoopRows>) -> LoopGauge {
+        LoopGauge {
             cap,
             window,
             finished: VecDeque::new(),
@@ -235,7 +235,7 @@ mod tests {
     #[test]
     fn finished_rows_last_one_event_ttl() {
         let rows = Arc::new(LoopRows::default());
-        let mut loops = Loops::new(10, TimeDelta::hours(1), rows.clone());
+        let mut loops = LoopGauge::new(10, TimeDelta::hours(1), rows.clone());
         let t0 = DateTime::<Utc>::UNIX_EPOCH + TimeDelta::days(20_000);
         let engine = Engine::with_settings(Default::default());
         loops.finished("shop", "BackOff", "Warning", t0);

@@ -16,7 +16,7 @@
 //! that ends cleanly having seen none proves the input complete as of when it was sent. One that
 //! saw changes proves the same once the watch has handed them on (resourceVersions of one resource
 //! grow in the order of its changes). One that sees more than [`PROBE_MOST_CHANGES`] gives up (the
-//! watch is behind; catching it up proves currency by itself), so a probe costs little.
+//! watch is behind; catching it up proves completeness by itself), so a probe costs little.
 //!
 //! ```text
 //!  held finish ──▶ probe from rv R ──▶ no change after R ─────────────▶ complete as of the send
@@ -82,7 +82,7 @@ impl Probed {
 
 /// The input clock. Pure: the controller tells it what the watch handed on and what probes found.
 #[derive(Debug, Default)]
-pub struct Currency {
+pub struct Completeness {
     until: Option<DateTime<Utc>>,
     /// The latest resourceVersion the watch has handed on.
     handed_on: Option<u64>,
@@ -93,7 +93,7 @@ pub struct Currency {
     last_probe: Option<Instant>,
 }
 
-impl Currency {
+impl Completeness {
     /// A step that arrived from the server at `received` proved `proof`.
     pub fn update(&mut self, proof: Proof, received: Option<DateTime<Utc>>) {
         let Some(received) = received else {
@@ -179,7 +179,7 @@ pub async fn probe(api: Api<Event>, selector: String, from: u64) -> Probed {
     let stream = match api.watch_metadata(&wp, &from.to_string()).await {
         Ok(stream) => stream,
         Err(e) => {
-            tracing::debug!(error = %e, "currency probe failed");
+            tracing::debug!(error = %e, "completeness probe failed");
             return Probed::Failed;
         }
     };
@@ -202,12 +202,12 @@ pub async fn probe(api: Api<Event>, selector: String, from: u64) -> Probed {
             }
             Ok(Some(WatchEvent::Bookmark(_))) => {}
             Ok(Some(WatchEvent::Error(e))) => {
-                tracing::debug!(code = e.code, reason = %e.reason, "currency probe ended with an error");
+                tracing::debug!(code = e.code, reason = %e.reason, "completeness probe ended with an error");
                 return Probed::Failed;
             }
             Ok(None) => break,
             Err(e) => {
-                tracing::debug!(error = %e, "currency probe failed");
+                tracing::debug!(error = %e, "completeness probe failed");
                 return Probed::Failed;
             }
         }
@@ -228,7 +228,7 @@ mod tests {
 
     #[test]
     fn fresh_occurrences_and_ends_prove_and_stale_ones_do_not() {
-        let mut c = Currency::default();
+        let mut c = Completeness::default();
         c.update(Proof::Occurrence(t(0)), Some(t(30)));
         assert_eq!(
             c.clock(t(40)),
@@ -248,7 +248,7 @@ mod tests {
     #[test]
     fn a_probe_is_sent_only_for_a_held_finish_one_at_a_time_and_spaced() {
         let now = Instant::now();
-        let mut c = Currency::default();
+        let mut c = Completeness::default();
         assert_eq!(c.probe_from(now, true), None, "no version handed on yet");
         c.handed_on(7);
         assert_eq!(c.probe_from(now, false), None, "nothing held");
@@ -261,7 +261,7 @@ mod tests {
 
     #[test]
     fn a_quiet_probe_proves_as_of_its_sending() {
-        let mut c = Currency::default();
+        let mut c = Completeness::default();
         c.update(Proof::Current, Some(t(0)));
         c.handed_on(7);
         c.probe_from(Instant::now(), true);
@@ -272,7 +272,7 @@ mod tests {
     #[test]
     fn changes_a_probe_saw_prove_once_the_watch_has_handed_them_on() {
         let now = Instant::now();
-        let mut c = Currency::default();
+        let mut c = Completeness::default();
         c.update(Proof::Current, Some(t(0)));
         c.handed_on(7);
         c.probe_from(now, true);
@@ -302,7 +302,7 @@ mod tests {
     #[test]
     fn behind_failed_and_relisted_prove_nothing() {
         let now = Instant::now();
-        let mut c = Currency::default();
+        let mut c = Completeness::default();
         c.update(Proof::Current, Some(t(0)));
         c.handed_on(7);
         for (i, found) in [Probed::Behind, Probed::Failed].into_iter().enumerate() {

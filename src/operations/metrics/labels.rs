@@ -99,8 +99,8 @@ impl Default for WriteLatency {
 
 /// The `kind` label of a write: an early refresh is a heartbeat come early, one kind for the
 /// reader's wait.
-pub(super) fn write_kind(kind: crate::intent::WriteKind) -> &'static str {
-    use crate::intent::WriteKind;
+pub(super) fn write_kind(kind: event_series_core::intent::WriteKind) -> &'static str {
+    use event_series_core::intent::WriteKind;
     match kind {
         WriteKind::Create => WRITE_KINDS[0],
         WriteKind::Refresh | WriteKind::Heartbeat => WRITE_KINDS[1],

@@ -15,21 +15,21 @@
 //! Posting never waits on the series writes nor they on it: the planner hands alerts to an
 //! [`outbox::Outbox`] without blocking, and a separate task delivers them.
 
-pub mod client;
+pub mod alertmanager;
+mod delivery;
 pub mod outbox;
 mod planner;
-mod term;
 
+pub use delivery::{AlertConfig, Delivery};
 pub use planner::{Limits, Planner};
-pub use term::{AlertConfig, Loops, Term};
 
-use crate::alert::AlertRule;
-use crate::engine::LoopView;
-use crate::intent::Snapshot;
-use crate::key::{KeyId, KeyRef};
 use crate::object::object_name;
-use crate::visible::visible;
+use crate::reading::escape::visible;
 use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
+use event_series_core::alert::AlertRule;
+use event_series_core::engine::LoopView;
+use event_series_core::intent::Snapshot;
+use event_series_core::key::{KeyId, KeyRef};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -188,7 +188,7 @@ fn human(d: TimeDelta) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::key::{ObjectRef, SeriesKey};
+    use event_series_core::key::{ObjectRef, SeriesKey};
 
     fn key(reason: &str) -> KeyRef<'_> {
         SeriesKey {
