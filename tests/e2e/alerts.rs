@@ -1,4 +1,4 @@
-//! Every loop an alert (README, Loop alerts): a real Alertmanager whose receiver is a webhook of the
+//! Every loop an alert (docs/ALERTS.md): a real Alertmanager whose receiver is a webhook of the
 //! test, so that what is asserted is what a team's pager would get. Each policy here selects only
 //! its test's namespace.
 

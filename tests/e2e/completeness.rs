@@ -1,4 +1,4 @@
-//! Finishing on complete input (README, How it works): the finish waits until the input is proven
+//! Finishing on complete input (docs/HOW-IT-WORKS.md): the finish waits until the input is proven
 //! complete, and in a quiet namespace the completeness probe proves it within seconds.
 
 use crate::operator::{crashloop, start, wait_for, wait_for_within};
