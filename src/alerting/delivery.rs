@@ -3,7 +3,7 @@
 
 use super::alertmanager::{Alertmanagers, Target};
 use super::outbox::Outbox;
-use super::{Limits, Planner};
+use super::{Input, Limits, Planner};
 use crate::operations::health::Health;
 use crate::operations::metrics::Metrics;
 use chrono::{DateTime, TimeDelta, Utc};
@@ -65,9 +65,13 @@ impl Delivery {
         }
     }
 
-    /// The periodic scan of the engine's loops.
-    pub fn scan(&mut self, engine: &Engine, now: DateTime<Utc>) {
-        for alert in self.planner.scan(engine, now) {
+    /// The periodic scan of the engine's loops, holding `input`.
+    pub fn scan(&mut self, engine: &Engine, now: DateTime<Utc>, input: Input) {
+        let alerts = match input {
+            Input::Restored => self.planner.scan_restored(engine, now),
+            Input::Complete => self.planner.scan(engine, now),
+        };
+        for alert in alerts {
             self.offer(alert);
         }
         self.metrics.alerts_firing.set(self.planner.firing() as i64);

@@ -33,6 +33,15 @@ use event_series_core::key::{KeyId, KeyRef};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
+/// How much of its input the engine held when the planner looked at it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Input {
+    /// The own series objects, restored; the first list of raw events still under way.
+    Restored,
+    /// Everything: the first list replayed, the watch feeding the engine.
+    Complete,
+}
+
 /// Most characters of the note in an alert's annotations.
 const NOTE_CHARS: usize = 256;
 

@@ -1,10 +1,11 @@
 //! Which alerts to post now: a pure function of the engine's loops, the series that ended and the
-//! clock. No I/O: the [`super::outbox::Outbox`] delivers what it returns.
+//! clock. No I/O: the [`super::outbox::Outbox`] delivers what it returns. How loops are ranked over
+//! the caps, and what a new leader posts first, is in the module doc of [`super`].
 
 use super::{Alert, Loop};
 use chrono::{DateTime, TimeDelta, Utc};
 use event_series_core::alert::AlertRule;
-use event_series_core::engine::Engine;
+use event_series_core::engine::{Engine, LoopView};
 use event_series_core::intent::Snapshot;
 use event_series_core::key::KeyId;
 use std::collections::HashMap;
@@ -28,26 +29,61 @@ pub struct Limits {
     pub max_per_namespace: usize,
 }
 
-/// The alerts of one leader's term. A new leader starts empty and posts every firing loop at its
-/// first scan: the same alerts, so Alertmanager notifies nothing new.
+/// The alerts of one leader's term. A new leader starts empty and posts every firing loop as soon
+/// as its own series objects are restored ([`Planner::scan_restored`]): the same alerts, so
+/// Alertmanager notifies nothing new.
 pub struct Planner {
     /// How often every firing alert is posted again. Each is valid for four of these, so that two
     /// lost posts or a failover do not resolve it.
     resend: TimeDelta,
     limits: Limits,
     firing: HashMap<KeyId, Firing>,
-    per_namespace: HashMap<Arc<str>, usize>,
     scan: u64,
     next_resend: Option<DateTime<Utc>>,
-    /// Loops selected at the last scan beyond the limits.
+    /// Loops selected at the last ranking beyond the limits.
     over_limit: usize,
+    /// A scan has seen the engine with its whole input (the first list of raw events replayed).
+    complete: bool,
 }
 
-/// A loop that began alerting in this scan, before the limits pick among them.
-struct Candidate {
+/// Which loops not firing yet a scan lets begin alerting.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Admit {
+    /// Every loop its policy selects, unless quiet for `finishAfter`: its finish is on its way (or
+    /// held until the input is known complete).
+    Live,
+    /// Every loop its policy selects, however long ago its object says it was last seen: objects
+    /// are written at heartbeats, and no loop is finished before the raw list is replayed.
+    Restored,
+    /// None: the raw list is under way, and what it replayed early is not yet the whole story.
+    Nothing,
+}
+
+impl Admit {
+    fn takes(self, view: &LoopView<'_>, now: DateTime<Utc>) -> bool {
+        match self {
+            Admit::Live => view.seen + view.settings.finish_after > now,
+            Admit::Restored => true,
+            Admit::Nothing => false,
+        }
+    }
+}
+
+/// A loop that may alert, in the ranking of one scan.
+struct Ranked {
     first: DateTime<Utc>,
     id: KeyId,
     namespace: Arc<str>,
+    firing: bool,
+}
+
+/// What one ranking decided.
+#[derive(Default)]
+struct Choice {
+    /// Loops that begin alerting, with their namespaces.
+    fire: HashMap<KeyId, Arc<str>>,
+    /// Firing loops whose slot a higher-ranked loop takes.
+    preempt: Vec<KeyId>,
 }
 
 impl Planner {
@@ -56,10 +92,10 @@ impl Planner {
             resend,
             limits,
             firing: HashMap::new(),
-            per_namespace: HashMap::new(),
             scan: 0,
             next_resend: None,
             over_limit: 0,
+            complete: false,
         }
     }
 
@@ -71,28 +107,70 @@ impl Planner {
         self.over_limit
     }
 
-    /// Loops that began alerting since the last scan (and, every `resend`, every firing loop), and
-    /// firing alerts whose loop is gone without a finish, resolved. A loop already quiet for
-    /// `finishAfter` is not posted firing: its finish is on its way. Beyond the limits, the
-    /// oldest loops alert (by start, then key), so that every leader picks the same ones.
+    /// A scan of the engine with its whole input: loops that began alerting since the last scan
+    /// (and, every `resend`, every firing loop), firing alerts whose loop is gone without a finish,
+    /// resolved, and those a higher-ranked loop preempts, resolved.
     pub fn scan(&mut self, engine: &Engine, now: DateTime<Utc>) -> Vec<Alert> {
+        self.complete = true;
+        self.plan(engine, now, Admit::Live)
+    }
+
+    /// A scan while the first list of raw events is under way, the engine holding what the own
+    /// series objects say. The first one posts every restored loop its policy selects (by the
+    /// count and times its object holds), ranked and capped as [`Planner::scan`] does; the later
+    /// ones re-post and retire, and admit nothing until the list is replayed.
+    pub fn scan_restored(&mut self, engine: &Engine, now: DateTime<Utc>) -> Vec<Alert> {
+        let admit = if self.scan == 0 {
+            Admit::Restored
+        } else {
+            Admit::Nothing
+        };
+        self.plan(engine, now, admit)
+    }
+
+    fn plan(&mut self, engine: &Engine, now: DateTime<Utc>, admit: Admit) -> Vec<Alert> {
         self.scan += 1;
         let resend_all = self.next_resend.is_none_or(|t| now >= t);
         if resend_all {
             self.next_resend = Some(now + self.resend);
         }
         let until = now + self.resend * 4;
-        let scan = self.scan;
         let mut out = Vec::new();
+        let new = self.visit(engine, (now, until), resend_all, admit, &mut out);
+        self.retire(now, &mut out);
+        if admit == Admit::Nothing {
+            return out;
+        }
+        let choice = self.rank(new);
+        for id in choice.preempt {
+            if let Some(f) = self.firing.remove(&id) {
+                out.push(resolved(f.alert, now));
+            }
+        }
+        if !choice.fire.is_empty() {
+            self.fire(engine, &choice.fire, (now, until), &mut out);
+        }
+        out
+    }
+
+    /// Marks the firing loops seen (posting them again when `resend_all`) and returns the loops
+    /// `admit` lets begin alerting.
+    fn visit(
+        &mut self,
+        engine: &Engine,
+        (now, until): (DateTime<Utc>, DateTime<Utc>),
+        resend_all: bool,
+        admit: Admit,
+        out: &mut Vec<Alert>,
+    ) -> Vec<Ranked> {
+        let scan = self.scan;
         let mut new = Vec::new();
         engine.for_each_loop(|view| {
             let Some(rule) = view.alert() else {
                 return;
             };
-            // Quiet for finishAfter: its finish is on its way (or held until the input is known
-            // complete). An alert already firing stays so; a new one is not raised.
-            let due = view.seen + view.settings.finish_after <= now;
             match self.firing.get_mut(&view.id) {
+                // Already firing stays so, even quiet for finishAfter: its finish resolves it.
                 Some(f) if f.first == view.first => {
                     f.scan = scan;
                     if resend_all {
@@ -100,45 +178,21 @@ impl Planner {
                         out.push(f.alert.clone());
                     }
                 }
-                _ if due => {}
-                _ => new.push(Candidate {
+                _ if admit.takes(&view, now) => new.push(Ranked {
                     first: view.first,
                     id: view.id,
                     namespace: Arc::from(view.namespace),
+                    firing: false,
                 }),
+                _ => {}
             }
         });
-        self.retire(scan, now, &mut out);
-        let chosen = self.choose(new);
-        if !chosen.is_empty() {
-            engine.for_each_loop(|view| {
-                let Some(namespace) = chosen.get(&view.id) else {
-                    return;
-                };
-                let Some(rule) = view.alert() else {
-                    return;
-                };
-                let alert = Loop::of_view(&view).firing(rule, until, now);
-                out.push(alert.clone());
-                let firing = Firing {
-                    first: view.first,
-                    namespace: namespace.clone(),
-                    scan,
-                    alert,
-                };
-                // The key's previous loop, ended without a finish seen here: resolved.
-                if let Some(earlier) = self.firing.insert(view.id, firing) {
-                    self.release(&earlier.namespace);
-                    out.push(resolved(earlier.alert, now));
-                }
-                *self.per_namespace.entry(namespace.clone()).or_insert(0) += 1;
-            });
-        }
-        out
+        new
     }
 
     /// Firing alerts this scan did not see: resolved.
-    fn retire(&mut self, scan: u64, now: DateTime<Utc>, out: &mut Vec<Alert>) {
+    fn retire(&mut self, now: DateTime<Utc>, out: &mut Vec<Alert>) {
+        let scan = self.scan;
         let gone: Vec<KeyId> = self
             .firing
             .iter()
@@ -147,47 +201,83 @@ impl Planner {
             .collect();
         for id in gone {
             if let Some(f) = self.firing.remove(&id) {
-                self.release(&f.namespace);
                 out.push(resolved(f.alert, now));
             }
         }
     }
 
-    fn release(&mut self, namespace: &Arc<str>) {
-        if let Some(n) = self.per_namespace.get_mut(namespace) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                self.per_namespace.remove(namespace);
+    /// Which loops alert: the firing ones and `new` ranked oldest first (by start, then key, the
+    /// same order on every replica), each taken while the caps leave room. So the set is a
+    /// function of the loops alone, not of the order they came in; a firing loop left out is
+    /// preempted. The rest are counted.
+    fn rank(&mut self, new: Vec<Ranked>) -> Choice {
+        let mut choice = Choice::default();
+        self.over_limit = 0;
+        if new.is_empty() {
+            // What fires was taken within the caps, and leaving can only free room.
+            return choice;
+        }
+        let mut all = new;
+        all.extend(self.firing.iter().map(|(id, f)| Ranked {
+            first: f.first,
+            id: *id,
+            namespace: f.namespace.clone(),
+            firing: true,
+        }));
+        all.sort_unstable_by_key(|r| (r.first, r.id));
+        let mut taken = 0;
+        let mut per_namespace: HashMap<&str, usize> = HashMap::new();
+        for r in &all {
+            let held = per_namespace.entry(&r.namespace).or_insert(0);
+            if taken < self.limits.max && *held < self.limits.max_per_namespace {
+                taken += 1;
+                *held += 1;
+                if !r.firing {
+                    choice.fire.insert(r.id, r.namespace.clone());
+                }
+            } else {
+                self.over_limit += 1;
+                if r.firing {
+                    choice.preempt.push(r.id);
+                }
             }
         }
+        choice
     }
 
-    /// Which new loops may alert within the limits, oldest first; the rest are counted.
-    fn choose(&mut self, mut new: Vec<Candidate>) -> HashMap<KeyId, Arc<str>> {
-        new.sort_by_key(|c| (c.first, c.id));
-        let mut room = self.limits.max.saturating_sub(self.firing.len());
-        let mut taken: HashMap<Arc<str>, usize> = HashMap::new();
-        let mut chosen = HashMap::new();
-        self.over_limit = 0;
-        for c in new {
-            let held = self.per_namespace.get(&c.namespace).copied().unwrap_or(0);
-            let more = taken.entry(c.namespace.clone()).or_insert(0);
-            if room == 0 || held + *more >= self.limits.max_per_namespace {
-                self.over_limit += 1;
-                continue;
+    /// Posts the loops `chosen` to begin alerting.
+    fn fire(
+        &mut self,
+        engine: &Engine,
+        chosen: &HashMap<KeyId, Arc<str>>,
+        (now, until): (DateTime<Utc>, DateTime<Utc>),
+        out: &mut Vec<Alert>,
+    ) {
+        let scan = self.scan;
+        engine.for_each_loop(|view| {
+            let (Some(namespace), Some(rule)) = (chosen.get(&view.id), view.alert()) else {
+                return;
+            };
+            let alert = Loop::of_view(&view).firing(rule, until, now);
+            out.push(alert.clone());
+            let firing = Firing {
+                first: view.first,
+                namespace: namespace.clone(),
+                scan,
+                alert,
+            };
+            // The key's previous loop, ended without a finish seen here: resolved.
+            if let Some(earlier) = self.firing.insert(view.id, firing) {
+                out.push(resolved(earlier.alert, now));
             }
-            room -= 1;
-            *more += 1;
-            chosen.insert(c.id, c.namespace);
-        }
-        chosen
+        });
     }
 
     /// A series written Finished (quiet, a gap or evicted) at `at`: its alert resolved, carrying
     /// the final count. Alerted by this leader: exactly what it posted. Otherwise only before this
-    /// leader's first scan (a loop that ended while the Lease changed hands, which the previous
-    /// leader may have alerted), if its policy's `rule` selects it; never a loop this leader left
-    /// over the limits.
+    /// leader's first scan of its whole input (a loop that ended while the Lease changed hands,
+    /// which the previous leader may have alerted), if its policy's `rule` selects it; resolving
+    /// an alert Alertmanager does not hold as firing notifies no one.
     pub fn ended(
         &mut self,
         s: &Snapshot,
@@ -199,12 +289,11 @@ impl Planner {
         match self.firing.get(&s.id) {
             Some(f) if f.first == s.first => {
                 let f = self.firing.remove(&s.id)?;
-                self.release(&f.namespace);
                 let mut alert = resolved(f.alert, at);
                 alert.annotations = lp.annotations();
                 Some(alert)
             }
-            _ if self.scan == 0 => rule
+            _ if !self.complete => rule
                 .filter(|r| lp.selected_by(r))
                 .map(|r| lp.resolved(r, at)),
             _ => None,
@@ -221,8 +310,8 @@ fn resolved(mut alert: Alert, at: DateTime<Utc>) -> Alert {
 mod tests {
     use super::*;
     use event_series_core::engine::Engine;
-    use event_series_core::intent::WriteKind;
-    use event_series_core::key::{KeyRef, ObjectRef, Observation, RawId};
+    use event_series_core::intent::{SeriesState, StoredSeries, WriteKind};
+    use event_series_core::key::{KeyBuf, KeyRef, ObjectRef, Observation, RawId};
     use event_series_core::settings::Settings;
     use std::sync::Arc;
 
@@ -364,6 +453,175 @@ mod tests {
         again.sort();
         first.sort();
         assert_eq!(again, first);
+    }
+
+    /// A loop of Pod `name` in `ns` first seen counting `count` occurrences, the last at `at`.
+    fn loop_at<'a>(ns: &'a str, name: &'a str, count: u64, at: DateTime<Utc>) -> Observation<'a> {
+        Observation {
+            first: at,
+            last: at,
+            ..observation_in(ns, name, count)
+        }
+    }
+
+    /// The series of the alerts firing after `posted`, sorted.
+    fn firing_after(posted: &[Vec<Alert>], now: DateTime<Utc>) -> Vec<String> {
+        let mut firing = std::collections::BTreeMap::new();
+        for alert in posted.iter().flatten() {
+            firing.insert(alert.series().to_owned(), !alert.is_resolved(now));
+        }
+        firing
+            .into_iter()
+            .filter(|(_, f)| *f)
+            .map(|(s, _)| s)
+            .collect()
+    }
+
+    #[test]
+    fn two_planners_fed_the_same_loops_in_different_orders_alert_the_same_ones() {
+        let at = |s: i64| t0() + TimeDelta::seconds(s);
+        let limits = Limits {
+            max: 3,
+            max_per_namespace: 2,
+        };
+        // Started oldest first (a, b, c in "flood"; d in "quiet"), seen newest first by one
+        // leader, all at once by the other.
+        let starts = [
+            ("flood", "a", 0),
+            ("flood", "b", 10),
+            ("flood", "c", 20),
+            ("quiet", "d", 30),
+        ];
+        let mut e = engine(2);
+        let mut one = Planner::new(TimeDelta::minutes(1), limits);
+        let mut posted = Vec::new();
+        for (i, (ns, name, start)) in starts.iter().rev().enumerate() {
+            e.observe(at(40 + i as i64), &loop_at(ns, name, 2, at(*start)));
+            e.tick(at(40 + i as i64));
+            posted.push(one.scan(&e, at(40 + i as i64)));
+        }
+        let mut other = Planner::new(TimeDelta::minutes(1), limits);
+        let all_at_once = vec![other.scan(&e, at(50))];
+        let (seen_one_by_one, seen_at_once) = (
+            firing_after(&posted, at(50)),
+            firing_after(&all_at_once, at(50)),
+        );
+        assert_eq!(seen_one_by_one, seen_at_once);
+        let names: Vec<&str> = seen_at_once
+            .iter()
+            .map(|s| s.split('.').next().unwrap_or(""))
+            .collect();
+        assert_eq!(names, ["a", "b", "d"], "the oldest, two of flood at most");
+        assert_eq!((one.firing(), one.over_limit()), (3, 1));
+    }
+
+    #[test]
+    fn an_older_loop_that_begins_alerting_takes_the_slot_of_a_younger_one() {
+        let at = |s: i64| t0() + TimeDelta::seconds(s);
+        let mut e = engine(3);
+        let mut p = Planner::new(TimeDelta::minutes(1), limits(1));
+        // "old" started first but is slow: it reaches minCount after "young".
+        e.observe(at(0), &loop_at("shop", "old", 2, at(0)));
+        e.observe(at(10), &loop_at("shop", "young", 3, at(10)));
+        e.tick(at(11));
+        let first = p.scan(&e, at(11));
+        assert_eq!(first.len(), 1);
+        assert!(first[0].series().starts_with("young."));
+        e.observe(
+            at(20),
+            &Observation {
+                first: at(0),
+                ..loop_at("shop", "old", 3, at(20))
+            },
+        );
+        e.tick(at(21));
+        let then = p.scan(&e, at(21));
+        let fired: Vec<&str> = then
+            .iter()
+            .filter(|a| !a.is_resolved(at(21)))
+            .map(Alert::series)
+            .collect();
+        let resolved: Vec<&str> = then
+            .iter()
+            .filter(|a| a.is_resolved(at(21)))
+            .map(Alert::series)
+            .collect();
+        assert!(
+            fired.len() == 1 && fired[0].starts_with("old."),
+            "{then:#?}"
+        );
+        assert!(
+            resolved.len() == 1 && resolved[0].starts_with("young."),
+            "{then:#?}"
+        );
+        assert_eq!((p.firing(), p.over_limit()), (1, 1));
+        // No flapping: nothing changes while the loops go on.
+        assert!(p.scan(&e, at(30)).is_empty());
+        // A new leader picks the same one.
+        let mut fresh = Planner::new(TimeDelta::minutes(1), limits(1));
+        let again = fresh.scan(&e, at(31));
+        assert!(again.len() == 1 && again[0].series() == fired[0]);
+    }
+
+    /// The Ongoing object of Pod `name`'s loop in "shop" as a restart reads it back: `count`
+    /// occurrences from t0 to `last`, written then.
+    fn stored(name: &str, count: u64, last: DateTime<Utc>) -> StoredSeries {
+        let obs = observation_in("shop", name, count);
+        StoredSeries {
+            id: obs.key.id(None),
+            namespace: "shop".into(),
+            key: KeyBuf::new(&obs.key, obs.note),
+            count,
+            first: t0(),
+            last,
+            state: SeriesState::Ongoing,
+            watermark: 0,
+            sources: Vec::new(),
+            last_write: Some(last),
+            name_variant: 0,
+        }
+    }
+
+    #[test]
+    fn a_new_leader_posts_the_restored_loops_before_the_raw_list_and_nothing_it_takes_back() {
+        let now = t0() + TimeDelta::minutes(30);
+        let at = |s: i64| now + TimeDelta::seconds(s);
+        let mut e = engine(3);
+        e.begin_recovery();
+        // Written 20 minutes ago, at a heartbeat: quiet for finishAfter by its object alone.
+        e.restore(now, stored("web-0", 5, t0() + TimeDelta::minutes(10)));
+        // Below minCount by its object: maybe not by the raw list, but no page on a guess.
+        e.restore(now, stored("web-1", 2, t0() + TimeDelta::minutes(10)));
+        let mut p = Planner::new(TimeDelta::minutes(1), limits(10));
+        let posted = p.scan_restored(&e, now);
+        assert_eq!(posted.len(), 1, "{posted:#?}");
+        assert!(posted[0].series().starts_with("web-0.") && !posted[0].is_resolved(now));
+        assert!(
+            p.scan_restored(&e, at(5)).is_empty(),
+            "nothing before the resend"
+        );
+        let again = p.scan_restored(&e, at(61));
+        assert!(again.len() == 1 && again[0].labels == posted[0].labels);
+        // The raw list ends: both loops were quiet; their finishes come now, not before.
+        assert_eq!(
+            e.take_intents(),
+            [],
+            "nothing finished while the list was under way"
+        );
+        e.end_recovery(at(62), at(62));
+        let rule = e.alert_rule("shop").cloned();
+        let ended: Vec<Option<Alert>> = e
+            .take_intents()
+            .into_iter()
+            .filter(|i| matches!(i.kind, WriteKind::Finish(_)))
+            .map(|i| p.ended(&i.series, rule.as_deref(), i.due))
+            .collect();
+        assert_eq!(ended.len(), 2);
+        let resolved: Vec<&Alert> = ended.iter().flatten().collect();
+        assert_eq!(resolved.len(), 1, "web-1 never alerted: {resolved:#?}");
+        assert_eq!(resolved[0].labels, posted[0].labels);
+        assert!(resolved[0].is_resolved(at(62)));
+        assert!(p.scan(&e, at(63)).is_empty());
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! when an Alertmanager is configured. Both learn of finishes from the intents on their way to the
 //! writer, and of the rest from the engine on their own schedules.
 
-use crate::alerting::{AlertConfig, Delivery};
+use crate::alerting::{AlertConfig, Delivery, Input};
 use crate::operations::health::Health;
 use crate::operations::metrics::{LoopGauge, Metrics};
 use chrono::{DateTime, TimeDelta, Utc};
@@ -53,10 +53,10 @@ impl LoopReports {
         self.gauge.update(engine, now);
     }
 
-    /// The alert scan.
-    pub fn scan(&mut self, engine: &Engine, now: DateTime<Utc>) {
+    /// The alert scan, of an engine that holds `input`.
+    pub fn scan(&mut self, engine: &Engine, now: DateTime<Utc>, input: Input) {
         if let Some(alerts) = &mut self.alerts {
-            alerts.scan(engine, now);
+            alerts.scan(engine, now, input);
         }
     }
 }

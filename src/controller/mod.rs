@@ -20,7 +20,7 @@ mod loop_reports;
 mod steps;
 mod writer_task;
 
-use crate::alerting::AlertConfig;
+use crate::alerting::{AlertConfig, Input};
 use crate::config::policy_watch::{PolicyWatch, Update};
 use crate::input::completeness::{self, Completeness, Probed};
 use crate::input::paging::PageSize;
@@ -174,6 +174,11 @@ pub async fn run(
     controller.health.alerts_required(
         controller.reports.alerting() && alerts_required(controller.policies.set()),
     );
+    // The alerts the previous leader kept firing, posted again before the raw list, however long
+    // it takes: they would lapse in Alertmanager meanwhile, and fire again.
+    controller
+        .reports
+        .scan(&controller.engine, Utc::now(), Input::Restored);
     if let Some(step) = held {
         controller.on_step(Some(step))?;
     }
@@ -302,7 +307,7 @@ impl Controller {
                     stop = &mut *shutdown => return Ok(stop),
                 }
             }
-            let scan_alerts = self.restart.is_none() && self.reports.alerting();
+            let scan_alerts = self.reports.alerting();
             tokio::select! {
                 step = self.steps.next() => self.on_step(step)?,
                 update = self.policies.next() => self.on_policies(update?),
@@ -311,7 +316,11 @@ impl Controller {
                 _ = self.timers.tick.tick() => self.on_tick(),
                 _ = self.timers.housekeeping.tick() => self.on_housekeeping(),
                 _ = self.timers.alert_scan.tick(), if scan_alerts => {
-                    self.reports.scan(&self.engine, Utc::now());
+                    let input = match self.restart {
+                        Some(_) => Input::Restored,
+                        None => Input::Complete,
+                    };
+                    self.reports.scan(&self.engine, Utc::now(), input);
                 }
                 stop = &mut *shutdown => return Ok(stop),
             }

@@ -473,3 +473,177 @@ async fn alerts_reach_an_alertmanager_over_https_with_a_rotated_password() -> Re
     kubectl(&["delete", "eventseriespolicy", &policy])?;
     ns.cleanup().await
 }
+
+/// A leader is killed (SIGKILL) while its loops alert, and the standby's rebuild outlasts the
+/// alerts' validity: posts every 5 s, each valid for 20 s, while the standby's first list of raw
+/// events (300 more of them, one per page behind 50 ms of latency each way) takes longer. The
+/// standby posts the alerts again as soon as its own series objects are restored, so none lapses
+/// in Alertmanager: the webhook gets one firing notification per loop and nothing resolved. Before,
+/// the standby posted only once the raw list was done, and every loop was resolved and fired again.
+#[tokio::test]
+async fn alerts_outlive_a_rebuild_longer_than_their_validity() -> Result<()> {
+    use crate::network::{logged_at, proxied, wait_leading};
+    use event_series_test_support::raw::{create_all, kubelet_backoff, occurrence_patch};
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    use kube::api::{Api, PatchParams};
+    const LOOPS: usize = 4;
+    const FILLER: usize = 300;
+    const VALIDITY: chrono::TimeDelta = chrono::TimeDelta::seconds(20);
+    let client = client().await?;
+    let ns = TestNamespace::new(&client, "alert_handover").await?;
+    let hook = Webhook::start()?;
+    let am = Alertmanager::start(&hook, &ns.name)?;
+    let name = format!("alerts-{}", ns.name);
+    apply_on(
+        kubeconfig(),
+        &format!(
+            "apiVersion: eventseries.dev/v1alpha1\nkind: EventSeriesPolicy\nmetadata:\n  name: {name}\n\
+             spec:\n  namespaceSelector:\n    matchLabels: {{kubernetes.io/metadata.name: {}}}\n  \
+             finishAfter: 2m\n  seriesWindow: 2m\n  firstRefresh: \"0\"\n  heartbeatInterval: 1h\n  \
+             alert:\n    minCount: 3\n    types: [Warning]\n",
+            ns.name
+        ),
+        &[],
+    )?;
+    // Lone occurrences (no series, no alert): what makes the standby's raw list long.
+    let raw: Api<CoreEvent> = Api::namespaced(client.clone(), &ns.name);
+    let filler = (0..FILLER).map(|i| {
+        let mut ev = kubelet_backoff(
+            &ns.name,
+            &format!("lone-{i:03}"),
+            &format!("lone-{i:03}"),
+            1,
+        );
+        ev.type_ = Some("Normal".into());
+        ev
+    });
+    create_all(&raw, filler, 16).await?;
+    let url = am.url();
+    let replica = |id: &str, extra: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = [
+            "--namespace",
+            &ns.name,
+            "--alertmanager-url",
+            &url,
+            "--alert-resend-interval",
+            "5s",
+            "--leader-elect",
+            "--lease-namespace",
+            &ns.name,
+            "--instance",
+            id,
+            "--lease-duration",
+            "4s",
+            "--renew-deadline",
+            "3s",
+            "--retry-period",
+            "1s",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    };
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
+    let a_args = replica("a", &[]);
+    let a = OPERATOR.launch(
+        kubeconfig(),
+        &format!("{}-a", ns.name),
+        &a_args.iter().map(String::as_str).collect::<Vec<_>>(),
+    )?;
+    wait_leading(&leases, "a", Duration::from_secs(20), None).await?;
+    let (proxy, kc) = proxied(&format!("{}-b", ns.name)).await?;
+    proxy.set_latency(Duration::from_millis(50));
+    let b_args = replica("b", &["--list-page-bytes", "1"]);
+    let mut b = OPERATOR.spawn(
+        &kc,
+        &format!("{}-b", ns.name),
+        &b_args.iter().map(String::as_str).collect::<Vec<_>>(),
+    )?;
+    // The loops: each raw event counts 3 at once (minCount), then one more every 2 s.
+    let loops = (0..LOOPS)
+        .map(|i| kubelet_backoff(&ns.name, &format!("web-{i}.raw"), &format!("web-{i}"), 3));
+    create_all(&raw, loops, 4).await?;
+    let going = {
+        let raw = raw.clone();
+        tokio::spawn(async move {
+            for count in 4.. {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                for i in 0..LOOPS {
+                    let _ = raw
+                        .patch(
+                            &format!("web-{i}.raw"),
+                            &PatchParams::default(),
+                            &occurrence_patch(count),
+                        )
+                        .await;
+                }
+            }
+        })
+    };
+    let firing = |hook: &Webhook| -> std::collections::BTreeMap<String, (usize, usize)> {
+        let mut by_loop = std::collections::BTreeMap::<String, (usize, usize)>::new();
+        for (status, alert) in hook.alerts_with(&[("namespace", &ns.name)]) {
+            let series = alert["labels"]["series"].as_str().unwrap_or("").to_owned();
+            let n = by_loop.entry(series).or_default();
+            if status == "firing" {
+                n.0 += 1
+            } else {
+                n.1 += 1
+            }
+        }
+        by_loop
+    };
+    until(
+        "a firing notification per loop",
+        Duration::from_secs(60),
+        || firing(&hook).len() == LOOPS,
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    a.kill9()?;
+    let killed = chrono::Utc::now();
+    wait_leading(&leases, "b", Duration::from_secs(30), Some(&mut b)).await?;
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let recovered = loop {
+        if let Some(at) = logged_at(&b, "recovered; watching") {
+            break at;
+        }
+        ensure!(
+            Instant::now() < deadline && b.alive(),
+            "b did not recover (log {})",
+            b.log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let rebuild = recovered - killed;
+    println!("b recovered {rebuild} after a was killed; alerts are valid for {VALIDITY}");
+    ensure!(
+        rebuild > VALIDITY + chrono::TimeDelta::seconds(5),
+        "the rebuild must outlast the alerts' validity, took {rebuild}"
+    );
+    // Long enough for a lapse, a resolved and a second firing notification to arrive.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    going.abort();
+    let notified = firing(&hook);
+    println!("notifications per loop (firing, resolved): {notified:#?}");
+    assert_eq!(notified.len(), LOOPS, "{:#?}", hook.notifications());
+    assert!(
+        notified.values().all(|n| *n == (1, 0)),
+        "one firing notification per loop, none resolved: {notified:#?}"
+    );
+    assert!(b.metric("event_series_alerts_sent_total{outcome=\"sent\"}") >= 1.0);
+    let held = am
+        .alerts()?
+        .into_iter()
+        .filter(|a| {
+            a["labels"]["namespace"] == ns.name.as_str() && a["status"]["state"] == "active"
+        })
+        .count();
+    assert_eq!(held, LOOPS, "every loop's alert active in Alertmanager");
+    drop((b, proxy));
+    kubectl(&["delete", "eventseriespolicy", &name])?;
+    ns.cleanup().await
+}
