@@ -295,11 +295,12 @@ pub struct AlertArgs {
     /// How often every firing alert is posted again; each post is valid for four of these, so an
     /// alert whose loop's leader died stays firing through the failover.
     /// At least 5s (the loops are scanned every 5 s). Keep four of these longer than a failover
-    /// (the lease duration plus the restore), or alerts lapse and fire again meanwhile.
+    /// (the lease duration plus the restore of the own series objects, after which a new leader
+    /// posts), or alerts lapse and fire again meanwhile.
     #[arg(long = "alert-resend-interval", default_value = "1m", value_parser = resend_interval)]
     pub resend: TimeDelta,
-    /// Most loops alerting at once (the oldest first); beyond it, loops are counted in
-    /// event_series_alerts_over_limit, not alerted.
+    /// Most loops alerting at once (the oldest first, a younger one preempted); beyond it, loops are
+    /// counted in event_series_alerts_over_limit, not alerted.
     #[arg(long = "max-alerts", default_value_t = 10_000)]
     pub max: usize,
     /// Most loops of one namespace alerting at once, so that one tenant cannot take every alert.

@@ -14,6 +14,36 @@
 //! before its `endsAt` runs out; a loop whose leader died stays firing through the failover.
 //! Posting never waits on the series writes nor they on it: the planner hands alerts to an
 //! [`outbox::Outbox`] without blocking, and a separate task delivers them.
+//!
+//! ## Through a hand-over
+//!
+//! Each post is valid for four resend intervals, and a new leader's first list of raw events can
+//! take longer (minutes at 10^6 stored events). So the new leader posts as soon as its own series
+//! objects are restored, before that list: every restored Ongoing loop its policy selects, by
+//! the count and times its object holds, ranked and capped as below; it posts them again every
+//! resend while the list runs. Nothing posted then is taken back later: the engine ignores its
+//! clock until the list is replayed, so no loop finishes before (one that was already quiet is
+//! resolved by its finish right after the list, as the previous leader would have resolved it).
+//! A loop whose object holds fewer than `minCount` occurrences (or spans less than
+//! `minDuration`) is not posted then, although the list may bring it over: the object is only a
+//! lower bound of what the previous leader counted, and a page sent on a guess cannot be taken
+//! back, while waiting costs at most a second notification, only for a loop that crossed its
+//! threshold after its object was last written, and only when the list outlasts the validity.
+//! Loops with no object yet wait for the list too. Where no replica led for longer than the
+//! validity, Alertmanager has resolved the alerts already: a loop that ended meanwhile is posted
+//! firing, then resolved after the list.
+//!
+//! ## Over the caps
+//!
+//! `--max-alerts` and `--max-alerts-per-namespace` bound the alerting loops. Every loop that may
+//! alert is ranked oldest first, by its series' start, then by its key's hash (both go into its
+//! name, the same on every replica), and taken in that order while both caps leave room. The set
+//! is a function of the loops alone, so every leader picks the same one, whatever order it saw the
+//! loops in. A firing loop that a higher-ranked one displaces is resolved (preempted), and fires
+//! again when room comes back. Oldest first keeps preemption rare: a new loop ranks last and only
+//! takes free room; a preemption needs a loop that started before a firing one but reached its
+//! `minCount` or `minDuration` later, or a policy change. While no loop starts alerting or ends,
+//! the set stays the same: it cannot flap.
 
 pub mod alertmanager;
 mod delivery;

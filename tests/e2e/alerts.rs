@@ -583,7 +583,7 @@ async fn alerts_outlive_a_rebuild_longer_than_their_validity() -> Result<()> {
             }
         })
     };
-    let firing = |hook: &Webhook| -> std::collections::BTreeMap<String, (usize, usize)> {
+    let per_loop = |hook: &Webhook| -> std::collections::BTreeMap<String, (usize, usize)> {
         let mut by_loop = std::collections::BTreeMap::<String, (usize, usize)>::new();
         for (status, alert) in hook.alerts_with(&[("namespace", &ns.name)]) {
             let series = alert["labels"]["series"].as_str().unwrap_or("").to_owned();
@@ -599,7 +599,7 @@ async fn alerts_outlive_a_rebuild_longer_than_their_validity() -> Result<()> {
     until(
         "a firing notification per loop",
         Duration::from_secs(60),
-        || firing(&hook).len() == LOOPS,
+        || per_loop(&hook).len() == LOOPS,
     )
     .await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -627,7 +627,7 @@ async fn alerts_outlive_a_rebuild_longer_than_their_validity() -> Result<()> {
     // Long enough for a lapse, a resolved and a second firing notification to arrive.
     tokio::time::sleep(Duration::from_secs(15)).await;
     going.abort();
-    let notified = firing(&hook);
+    let notified = per_loop(&hook);
     println!("notifications per loop (firing, resolved): {notified:#?}");
     assert_eq!(notified.len(), LOOPS, "{:#?}", hook.notifications());
     assert!(
