@@ -150,17 +150,19 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         "event-series starting");
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
+    // A standby runs the same lists and watches as the leader and keeps its engine current, so
+    // that taking the Lease costs no rebuild: only its writes wait for the Lease (the fence).
     let mut election = match lease {
         None => {
             metrics.leader.set(1);
             None
         }
         Some(lease) => {
-            let e = Election::start(client.clone(), lease, metrics.clone());
-            match lead(e, &health, &mut shutdown).await? {
-                Some(e) => Some(e),
-                None => return Ok(()),
-            }
+            let t = lease.timings;
+            tracing::info!(lease = %lease.name, namespace = %lease.namespace, identity = %lease.identity,
+                lease_duration = ?t.lease_duration, renew_deadline = ?t.renew_deadline,
+                retry_period = ?t.retry_period, "joining the election: writing only while leading");
+            Some(Election::start(client.clone(), lease, metrics.clone()))
         }
     };
     let fence = election
@@ -223,32 +225,6 @@ async fn serve_operations(
     tracing::info!(metrics_addr = %bound, metrics_secure = args.metrics_secure,
         health_addr = %health_bound, "serving metrics and probes");
     Ok(())
-}
-
-/// Waits as a standby until `election` acquires the Lease (`Some`: leading, the state is to be
-/// rebuilt) or `shutdown` comes first (`None`: the Lease released).
-async fn lead<F: std::future::Future<Output = ()>>(
-    mut election: Election,
-    health: &Health,
-    shutdown: &mut std::pin::Pin<&mut F>,
-) -> anyhow::Result<Option<Election>> {
-    // A standby is healthy and ready: it has nothing to serve until it leads.
-    health.set_recovered(true);
-    let lease = election.config().clone();
-    let t = lease.timings;
-    tracing::info!(lease = %lease.name, namespace = %lease.namespace, identity = %lease.identity,
-        lease_duration = ?t.lease_duration, renew_deadline = ?t.renew_deadline,
-        retry_period = ?t.retry_period, "waiting for leadership");
-    tokio::select! {
-        acquired = election.acquired() => acquired?,
-        _ = shutdown.as_mut() => {
-            election.release().await;
-            return Ok(None);
-        }
-    }
-    tracing::info!(identity = %lease.identity, "leading: rebuilding the series state");
-    health.set_recovered(false);
-    Ok(Some(election))
 }
 
 /// The host name (the pod name in Kubernetes), else something unique to this process.

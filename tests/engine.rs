@@ -1158,3 +1158,39 @@ fn a_restart_mid_schedule_goes_on_with_the_next_refresh() {
         (WriteKind::Finish(FinishCause::Quiet), fed)
     );
 }
+
+/// A standby books its heartbeats from the leader's writes it sees: a write another replica made
+/// puts the series' next heartbeat an interval after it, and one seen late moves nothing back.
+#[test]
+fn a_write_seen_from_another_replica_books_the_next_heartbeat_from_it() {
+    let settings = Settings {
+        heartbeat_interval: secs(600),
+        first_refresh: TimeDelta::zero(),
+        finish_after: secs(3600),
+        series_window: secs(3600),
+        ..Settings::default()
+    };
+    let t0 = chrono::DateTime::from_timestamp(1_750_000_000, 0).unwrap();
+    let mut engine = Engine::with_settings(settings);
+    feed_pod(&mut engine, 1, 2, t0);
+    let create = engine.take_intents().remove(0);
+    assert_eq!(create.kind, WriteKind::Create);
+    let s = &create.series;
+    // The leader heartbeats 5 minutes late (its queue was long): seen here, at 5 minutes.
+    engine.written_elsewhere(&s.namespace, s.id, s.first, t0 + secs(300));
+    // Seen late, an older write of the leader's changes nothing.
+    engine.written_elsewhere(&s.namespace, s.id, s.first, t0 + secs(100));
+    // An object of an earlier series of the key books nothing.
+    engine.written_elsewhere(&s.namespace, s.id, s.first - secs(1), t0 + secs(3000));
+    let heartbeats_until = |engine: &mut Engine, t: i64| {
+        engine.tick(t0 + secs(t));
+        engine
+            .take_intents()
+            .into_iter()
+            .filter(|i| i.kind == WriteKind::Heartbeat)
+            .count()
+    };
+    // Without the leader's write, its first heartbeat would fall due by 600 s (spread earlier).
+    assert_eq!(heartbeats_until(&mut engine, 650), 0);
+    assert_eq!(heartbeats_until(&mut engine, 901), 1);
+}

@@ -213,6 +213,18 @@ fn the_chart_renders_what_config_default_installs() {
     }
     same("Deployment", "event-series", "/spec/replicas");
     same("Deployment", "event-series", "/spec/selector");
+    same("Deployment", "event-series", "/spec/strategy");
+    // A rollout stops an old replica only once the new one is Ready, that is warm.
+    let deployment = &kustomized[&(
+        "Deployment".to_owned(),
+        "event-series".to_owned(),
+        "event-series-system".to_owned(),
+    )];
+    assert_eq!(
+        deployment.pointer("/spec/strategy/rollingUpdate/maxUnavailable"),
+        Some(&Value::from(0)),
+        "{deployment}"
+    );
     same("Service", "event-series-metrics", "/spec");
     same("PodDisruptionBudget", "event-series", "/spec");
     same("NetworkPolicy", "event-series", "/spec");

@@ -4,6 +4,7 @@
 
 use super::LoopReports;
 use crate::operations::metrics::Metrics;
+use crate::writer::{Inputs, Observed};
 use event_series_core::engine::Engine;
 use event_series_core::intent::{Intent, Landed};
 use tokio::sync::mpsc::{self, Receiver, Sender};
@@ -16,26 +17,42 @@ const INTENT_CHANNEL: usize = 1024;
 /// waits for room in the writer.
 const LANDED_CHANNEL: usize = 4096;
 
+/// Objects the leader wrote, on their way to a standby's writer. One that does not fit is dropped:
+/// it only spares a write at a hand-over.
+const SEEN_CHANNEL: usize = 4096;
+
 /// The controller's ends.
 pub struct ControllerEnds {
     intents: Sender<Intent>,
     landed: Receiver<Landed>,
+    seen: Sender<Observed>,
 }
 
 /// The writer's ends.
 pub struct WriterEnds {
-    pub intents: Receiver<Intent>,
+    pub inputs: Inputs,
     pub landed: Sender<Landed>,
 }
 
 pub fn channels() -> (ControllerEnds, WriterEnds) {
     let (intents, intents_rx) = mpsc::channel(INTENT_CHANNEL);
     let (landed_tx, landed) = mpsc::channel(LANDED_CHANNEL);
+    let (seen, seen_rx) = mpsc::channel(SEEN_CHANNEL);
     let ends = WriterEnds {
-        intents: intents_rx,
+        inputs: Inputs {
+            intents: intents_rx,
+            seen: seen_rx,
+        },
         landed: landed_tx,
     };
-    (ControllerEnds { intents, landed }, ends)
+    (
+        ControllerEnds {
+            intents,
+            landed,
+            seen,
+        },
+        ends,
+    )
 }
 
 impl ControllerEnds {
@@ -63,6 +80,11 @@ impl ControllerEnds {
             };
             permit.send(intent);
         }
+    }
+
+    /// Tells a standby's writer what the leader wrote.
+    pub fn seen(&self, observed: Observed) {
+        let _ = self.seen.try_send(observed);
     }
 
     /// The next report of a write that landed (`None` once the writer is gone).

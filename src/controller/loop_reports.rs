@@ -11,10 +11,13 @@ use event_series_core::intent::{Intent, WriteKind};
 use std::sync::Arc;
 
 /// What the controller derives from the engine besides writes: the `loops` gauge, and the alerts
-/// when an Alertmanager is configured.
+/// when an Alertmanager is configured. Alerts are posted only while this replica leads
+/// ([`LoopReports::lead`]): a standby's engine is current, but the leader speaks for the loops.
 pub struct LoopReports {
     gauge: LoopGauge,
     alerts: Option<Delivery>,
+    /// Alertmanager, until this replica leads.
+    waiting: Option<(AlertConfig, Arc<Metrics>, Arc<Health>)>,
 }
 
 impl LoopReports {
@@ -23,13 +26,22 @@ impl LoopReports {
         max_label_sets: usize,
         event_ttl: TimeDelta,
         (metrics, health): (&Arc<Metrics>, &Arc<Health>),
-    ) -> anyhow::Result<LoopReports> {
-        Ok(LoopReports {
+    ) -> LoopReports {
+        LoopReports {
             gauge: LoopGauge::new(max_label_sets, event_ttl, metrics.loop_rows.clone()),
-            alerts: alerts
-                .map(|c| Delivery::start(c, metrics.clone(), health.clone()))
-                .transpose()?,
-        })
+            alerts: None,
+            waiting: alerts.map(|c| (c.clone(), metrics.clone(), health.clone())),
+        }
+    }
+
+    /// This replica leads: its alerts start (a new leader posts every firing loop at its first
+    /// scan). Whether anything changed.
+    pub fn lead(&mut self) -> anyhow::Result<bool> {
+        let Some((config, metrics, health)) = self.waiting.take() else {
+            return Ok(false);
+        };
+        self.alerts = Some(Delivery::start(&config, metrics, health)?);
+        Ok(true)
     }
 
     pub fn alerting(&self) -> bool {

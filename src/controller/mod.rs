@@ -17,16 +17,19 @@
 
 mod channels;
 mod loop_reports;
+mod standby;
 mod steps;
 mod writer_task;
 
 use crate::alerting::{AlertConfig, Input};
 use crate::config::policy_watch::{PolicyWatch, Update};
 use crate::input::completeness::{self, Completeness, Probed};
+use crate::input::own_watch::{OwnObjects, own_objects};
 use crate::input::paging::PageSize;
 use crate::input::restart::{self, Restart};
 use crate::input::watch::{Step, Steps, raw_events};
 use crate::leader::WriteFence;
+use crate::leader::elector::Fence;
 use crate::operations::health::Health;
 use crate::operations::metrics::Metrics;
 use crate::writer::WriterConfig;
@@ -131,7 +134,15 @@ pub async fn run(
         Err(stop) => return Ok(stop),
     };
     let mut engine = set_up_engine(&config, &policies);
-    let (to_writer, mut writer) = WriterTask::start(&client, &config, &metrics, &health, fence);
+    // A standby follows the leader's writes from before its restore reads the same objects.
+    let own = (!leading(&fence)).then(|| {
+        own_objects(
+            scoped(&client, &config.namespace),
+            config.watch_timeout_secs,
+        )
+    });
+    let (to_writer, mut writer) =
+        WriterTask::start(&client, &config, &metrics, &health, fence.clone());
     let mut steps = raw_events(
         scoped(&client, &config.namespace),
         config.watch_timeout_secs,
@@ -159,7 +170,7 @@ pub async fn run(
             config.max_loop_label_sets,
             config.event_ttl,
             (&metrics, &health),
-        )?,
+        ),
         engine,
         metrics,
         health,
@@ -170,15 +181,10 @@ pub async fn run(
         to_writer,
         probe: None,
         timers: Timers::new(),
+        own,
+        fence,
     };
-    controller.health.alerts_required(
-        controller.reports.alerting() && alerts_required(controller.policies.set()),
-    );
-    // The alerts the previous leader kept firing, posted again before the raw list, however long
-    // it takes: they would lapse in Alertmanager meanwhile, and fire again.
-    controller
-        .reports
-        .scan(&controller.engine, Utc::now(), Input::Restored);
+    controller.lead_if_leading()?;
     if let Some(step) = held {
         controller.on_step(Some(step))?;
     }
@@ -267,6 +273,9 @@ struct Controller {
     probe: Option<JoinHandle<Probed>>,
     raw_api: Api<Event>,
     timers: Timers,
+    /// While this replica stands by: the leader's writes ([`standby`]).
+    own: Option<OwnObjects>,
+    fence: WriteFence,
 }
 
 /// The clock ticks of the central loop: a late tick is skipped, never caught up in a burst.
@@ -313,7 +322,15 @@ impl Controller {
                 update = self.policies.next() => self.on_policies(update?),
                 found = probed(&mut self.probe) => self.on_probed(found),
                 Some(report) = self.to_writer.landed() => self.engine.written(&report),
-                _ = self.timers.tick.tick() => self.on_tick(),
+                Some(ev) = next_own(&mut self.own), if self.restart.is_none() => {
+                    if let Some(observed) = standby::learn(&mut self.engine, &ev) {
+                        self.to_writer.seen(observed);
+                    }
+                }
+                _ = self.timers.tick.tick() => {
+                    self.lead_if_leading()?;
+                    self.on_tick();
+                }
                 _ = self.timers.housekeeping.tick() => self.on_housekeeping(),
                 _ = self.timers.alert_scan.tick(), if scan_alerts => {
                     let input = match self.restart {
@@ -372,6 +389,29 @@ impl Controller {
 
     /// The lifecycle clock (never past what the input is known complete to), and a probe of the
     /// input's completeness when a finish is held back for want of it.
+    /// Once this replica leads: its own writes are known without a watch, and its alerts start.
+    fn lead_if_leading(&mut self) -> anyhow::Result<()> {
+        if !leading(&self.fence) {
+            return Ok(());
+        }
+        if self.own.take().is_some() {
+            tracing::info!("leading: the standby's engine is current; writing what is owed");
+        }
+        if self.reports.lead()? {
+            let required = alerts_required(self.policies.set());
+            self.health.alerts_required(required);
+            // The alerts the previous leader kept firing, posted again at once, before the raw
+            // list if it is still under way: they would lapse in Alertmanager meanwhile, and fire
+            // again.
+            let input = match self.restart {
+                Some(_) => Input::Restored,
+                None => Input::Complete,
+            };
+            self.reports.scan(&self.engine, Utc::now(), input);
+        }
+        Ok(())
+    }
+
     fn on_tick(&mut self) {
         let now = Utc::now();
         self.engine
@@ -413,6 +453,19 @@ fn alerts_required(set: &PolicySet) -> bool {
             .as_ref()
             .is_some_and(|a| a.required)
     })
+}
+
+/// Whether this replica may write now (a single replica, or the holder of the Lease).
+fn leading(fence: &WriteFence) -> bool {
+    matches!(fence.check(std::time::Instant::now()), Fence::Open { .. })
+}
+
+/// The next object of the own-object watch, if one runs (never resolves without one).
+async fn next_own(own: &mut Option<OwnObjects>) -> Option<Box<events::Event>> {
+    match own.as_mut() {
+        Some(own) => own.next().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// The answer of the completeness probe in flight, if any (never resolves without one).

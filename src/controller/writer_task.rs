@@ -38,7 +38,7 @@ impl WriterTask {
         )
         .reporting(ends.landed);
         let (stop, stopped) = tokio::sync::oneshot::channel();
-        let run = writer.run(ends.intents, stopped, config.drain, health.clone());
+        let run = writer.run(ends.inputs, stopped, config.drain, health.clone());
         // Stopping before the end of the restore leaves nothing to write: the writer is told at once.
         let task = WriterTask {
             task: Some(tokio::spawn(run)),

@@ -38,6 +38,7 @@ use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use k8s_openapi::api::events::v1::Event;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+pub use queue::Observed;
 use queue::{Job, Queue, Settled};
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -166,6 +167,13 @@ pub fn next(verb: Verb, answer: &Answer) -> Next {
         },
         (_, code) => Next::Reject(format!("HTTP {code}: {message}")),
     }
+}
+
+/// What the writer task takes from the controller: the intents to write, and, while this replica
+/// stands by, the series objects the leader wrote ([`Queue::acknowledge`]).
+pub struct Inputs {
+    pub intents: Receiver<Intent>,
+    pub seen: Receiver<Observed>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -391,12 +399,30 @@ impl Writer {
         }
     }
 
+    /// The end of the run, with `in_flight` requests unanswered.
+    fn stopped(&self, in_flight: usize, wrote: bool) {
+        if !self.queue.is_empty() && wrote {
+            tracing::warn!(
+                pending = self.queue.len(),
+                in_flight,
+                "shutdown: writes left unwritten"
+            );
+        }
+        if in_flight > 0 {
+            // Cut without an answer: they may still land.
+            self.fence.abandoned();
+        }
+    }
+
     /// Runs until `intents` is closed or `stop` fires, and then until every pending write is done or
     /// `drain` has passed. `stop` is heard even while the queue is full and intents are not taken.
     /// Reports its progress to `health` for `/readyz`.
     pub async fn run(
         mut self,
-        mut intents: Receiver<Intent>,
+        Inputs {
+            mut intents,
+            mut seen,
+        }: Inputs,
         mut stop: tokio::sync::oneshot::Receiver<()>,
         drain: Duration,
         health: Arc<Health>,
@@ -404,32 +430,32 @@ impl Writer {
         let mut in_flight = FuturesUnordered::new();
         let mut open = true;
         let mut deadline: Option<Instant> = None;
+        let mut was_open = false;
         loop {
             let now = std::time::Instant::now();
-            let free = self.config.concurrency.saturating_sub(in_flight.len());
             let fence = self.fence.check(now);
-            if free > 0
-                && let Fence::Open { until } = fence
-            {
+            if let Fence::Open { until } = fence {
+                if !std::mem::replace(&mut was_open, true) {
+                    tracing::info!(
+                        pending = self.queue.len(),
+                        "writing: what is owed goes first"
+                    );
+                    self.queue.resume(now);
+                }
+                let free = self.config.concurrency.saturating_sub(in_flight.len());
                 for job in self.queue.take_due(now, free) {
                     in_flight.push(self.write(job, until.into()));
                 }
             }
             self.metrics.writes_pending.set(self.queue.len() as i64);
-            health.writes_stuck_since(self.queue.stuck_since(now));
+            // Standing by (or fenced), nothing may be written: nothing is stuck either.
+            health.writes_stuck_since(was_open.then(|| self.queue.stuck_since(now)).flatten());
             let tnow = Instant::now();
-            if !open && (self.queue.is_empty() || deadline.is_some_and(|d| tnow >= d)) {
-                if !self.queue.is_empty() {
-                    tracing::warn!(
-                        pending = self.queue.len(),
-                        in_flight = in_flight.len(),
-                        "shutdown: writes left unwritten"
-                    );
-                }
-                if !in_flight.is_empty() {
-                    // Cut without an answer: they may still land.
-                    self.fence.abandoned();
-                }
+            // Stopping: done once all is written, the drain time is over, or nothing may be written
+            // (a standby, or a leader whose right to write lapsed) so that waiting is pointless.
+            let over = deadline.is_some_and(|d| tnow >= d) || fence == Fence::Closed;
+            if !open && (self.queue.is_empty() || over) {
+                self.stopped(in_flight.len(), was_open);
                 return;
             }
             // With every slot busy, only a finished write (or a new intent) can make progress: waking
@@ -476,6 +502,11 @@ impl Writer {
                     }
                 }
                 Some(outcome) = in_flight.next(), if !in_flight.is_empty() => self.complete(outcome),
+                Some(observed) = seen.recv() => {
+                    if self.queue.acknowledge(&observed) {
+                        self.metrics.writes_pending.set(self.queue.len() as i64);
+                    }
+                }
                 _ = tokio::time::sleep_until(wake) => {}
             }
         }
@@ -521,12 +552,14 @@ mod tests {
             WriteFence::open(),
         );
         let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let (_seen, seen) = tokio::sync::mpsc::channel(1);
+        let inputs = Inputs { intents: rx, seen };
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let health = Arc::new(Health::new(
             Duration::from_secs(60),
             Duration::from_secs(30),
         ));
-        let task = tokio::spawn(writer.run(rx, stopped, Duration::from_millis(500), health));
+        let task = tokio::spawn(writer.run(inputs, stopped, Duration::from_millis(500), health));
         for intent in creates(3) {
             tx.send(intent).await.unwrap();
         }

@@ -17,7 +17,8 @@ use super::fair::Fair;
 pub use super::owed::Owed;
 use super::{Answer, Next, Verb, next};
 use crate::object;
-use event_series_core::intent::{Intent, WriteKind};
+use chrono::{DateTime, Utc};
+use event_series_core::intent::{Intent, SeriesState, WriteKind};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,6 +40,19 @@ impl Target {
             name: object::base_name_of(s),
         }
     }
+}
+
+/// A series object as another replica wrote it: what a standby learns from the own-object watch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observed {
+    pub target: Target,
+    /// The series' start, so that an object of an earlier series of the key acknowledges nothing.
+    pub first: DateTime<Utc>,
+    pub count: u64,
+    pub last: DateTime<Utc>,
+    pub state: SeriesState,
+    /// Which of the series' names the object has.
+    pub variant: u8,
 }
 
 /// A write handed to the shell to perform.
@@ -458,6 +472,53 @@ impl Queue {
         let since = self.waiting_since?;
         let working = self.in_flight > 0 || self.next_due().is_some_and(|at| at <= now);
         working.then_some(since)
+    }
+
+    /// The object of `seen.target` was seen written by another replica (this one stands by). A
+    /// pending write it covers (no newer count or occurrence, and a finish only by a Finished object)
+    /// is dropped: the leader made it. One it does not cover becomes an update of that object, at
+    /// the name it has. Whether a pending write was dropped.
+    pub fn acknowledge(&mut self, seen: &Observed) -> bool {
+        let Some((target, p)) = self.pending.get_key_value(&seen.target) else {
+            return false;
+        };
+        let s = &p.intent.series;
+        if p.in_flight || s.first != seen.first {
+            return false;
+        }
+        let finishing =
+            s.state == SeriesState::Finished || matches!(p.intent.kind, WriteKind::Finish(_));
+        let covered = seen.count >= s.count
+            && seen.last >= s.last
+            && (!finishing || seen.state == SeriesState::Finished);
+        let target = target.clone();
+        if !covered {
+            if let Some(p) = self.pending.get_mut(&target) {
+                p.variant = p.variant.max(seen.variant);
+                p.verb = Verb::Patch;
+            }
+            return false;
+        }
+        if let Some(p) = self.remove(&target) {
+            let lane = if p.deferred {
+                &mut self.deferred
+            } else {
+                &mut self.waiting
+            };
+            lane.remove(&target.namespace, &target);
+        }
+        if self.pending.is_empty() {
+            self.waiting_since = None;
+        }
+        true
+    }
+
+    /// The writer may write again (it took the Lease): what was pending waits from now, not from
+    /// when it was queued, so that a write held back while standing by is not taken as stuck.
+    pub fn resume(&mut self, now: Instant) {
+        if self.waiting_since.is_some() {
+            self.waiting_since = Some(now);
+        }
     }
 
     /// Gives back the memory of a burst once it has been written; whether it did.
@@ -990,5 +1051,57 @@ mod tests {
         assert_eq!(next[0].verb, Verb::Patch);
         assert_eq!(names(&q.take_due(later, 10)), [name("a")]);
         assert_eq!(q.next_due(), None);
+    }
+
+    /// What the own-object watch reports of pod `pod`'s series object.
+    fn observed(pod: &str, count: u64, state: SeriesState, variant: u8) -> Observed {
+        let s = intent(pod, WriteKind::Create, 2).series;
+        Observed {
+            target: Target::of(&intent(pod, WriteKind::Create, 2)),
+            first: s.first,
+            count,
+            last: s.last,
+            state,
+            variant,
+        }
+    }
+
+    #[test]
+    fn a_write_the_leader_made_is_dropped_and_one_it_did_not_is_an_update_of_its_object() {
+        let (t0, mut q) = one_create("a");
+        // The leader's object holds an older count: the standby still owes the newer one, as an
+        // update of that object at its name.
+        assert!(!q.acknowledge(&observed("a", 1, SeriesState::Ongoing, 2)));
+        let job = q.take_due(t0, 1).remove(0);
+        assert_eq!((job.verb, job.variant), (Verb::Patch, 2));
+        q.answered(t0, &job, &Answer::NotSent);
+        // Then the leader writes what the standby holds: nothing is owed any more.
+        assert!(q.acknowledge(&observed("a", 2, SeriesState::Ongoing, 2)));
+        assert!(q.is_empty());
+        assert!(q.take_due(t0 + Duration::from_secs(3600), 10).is_empty());
+        assert_eq!(q.stuck_since(t0), None);
+    }
+
+    #[test]
+    fn a_finish_is_owed_until_the_object_is_finished() {
+        let t0 = Instant::now();
+        let mut q = Queue::new(100, 100);
+        q.put(t0, intent("a", WriteKind::Finish(FinishCause::Quiet), 2));
+        assert!(!q.acknowledge(&observed("a", 2, SeriesState::Ongoing, 0)));
+        assert_eq!(q.len(), 1);
+        assert!(q.acknowledge(&observed("a", 2, SeriesState::Finished, 0)));
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn an_object_of_another_series_or_a_write_in_flight_acknowledges_nothing() {
+        let (t0, mut q) = one_create("a");
+        let mut other = observed("a", 9, SeriesState::Finished, 0);
+        other.first -= chrono::TimeDelta::hours(1);
+        assert!(!q.acknowledge(&other));
+        assert!(!q.acknowledge(&observed("b", 9, SeriesState::Ongoing, 0)));
+        let _in_flight = q.take_due(t0, 1);
+        assert!(!q.acknowledge(&observed("a", 9, SeriesState::Ongoing, 0)));
+        assert_eq!(q.len(), 1);
     }
 }

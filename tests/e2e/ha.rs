@@ -5,6 +5,7 @@ use crate::OPERATOR;
 use crate::operator::{count, emit, state, wait_for};
 use anyhow::{Result, bail};
 use event_series_test_support::cluster::{TestNamespace, client, kubeconfig};
+use event_series_test_support::node::metric_sum;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use std::collections::BTreeMap;
@@ -36,8 +37,9 @@ async fn wait_holder(api: &Api<Lease>, who: &str, within: Duration) -> Result<Du
     )
 }
 
-/// Operations: more than one replica; a standby takes over within the lease duration and rebuilds
-/// its state by listing; `/metrics`, `/healthz` and `/readyz` answer during a storm.
+/// Operations: more than one replica; a warm standby (it lists and watches as the leader does,
+/// writing nothing) takes over within the lease duration; `/metrics`, `/healthz` and `/readyz`
+/// answer during a storm, and no object the old leader wrote is created again.
 #[tokio::test]
 async fn a_standby_takes_over_from_a_killed_leader_with_exact_counts() -> Result<()> {
     let client = client().await?;
@@ -116,17 +118,32 @@ async fn a_standby_takes_over_from_a_killed_leader_with_exact_counts() -> Result
         a.metric("event_series_occurrences_total") > 0.0,
         "the leader counts"
     );
-    assert_eq!(
-        b.metric("event_series_occurrences_total"),
-        0.0,
-        "the standby does not"
+    // The standby is warm: it lists and watches too, its engine holds the same loops, and it
+    // writes nothing while the other leads.
+    assert!(
+        b.metric("event_series_occurrences_total") > 0.0,
+        "the standby counts the same occurrences"
     );
+    assert!(
+        b.metric("event_series_series_active") > 0.0,
+        "the standby's engine holds the loops"
+    );
+    let (_, scrape) = b.get("/metrics").unwrap_or_default();
+    for verb in ["create", "patch"] {
+        let verb = format!("verb=\"{verb}\"");
+        assert_eq!(
+            metric_sum(&scrape, "event_series_api_requests_total", &[&verb]),
+            0.0,
+            "the standby wrote nothing: {scrape}"
+        );
+    }
     for op in [&a, &b] {
         assert_eq!(op.get("/healthz").map(|r| r.0), Some(200));
         assert_eq!(op.get("/readyz").map(|r| r.0), Some(200));
     }
 
     a.kill9()?;
+    let killed = Instant::now();
     let takeover = wait_holder(
         &leases,
         "b",
@@ -134,6 +151,23 @@ async fn a_standby_takes_over_from_a_killed_leader_with_exact_counts() -> Result
     )
     .await?;
     println!("standby took over {takeover:?} after the leader was killed (lease {LEASE_SECS}s)");
+    // The loops go on: the new leader's first write (a figure for the log, not a timed assertion).
+    while killed.elapsed() < Duration::from_secs(30) {
+        let (_, scrape) = b.get("/metrics").unwrap_or_default();
+        if metric_sum(
+            &scrape,
+            "event_series_api_requests_total",
+            &["verb=\"patch\""],
+        ) > 0.0
+        {
+            println!(
+                "the new leader's first write answered {:?} after the kill",
+                killed.elapsed()
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     let truth = match storm.join() {
         Ok(t) => t?,
@@ -162,5 +196,18 @@ async fn a_standby_takes_over_from_a_killed_leader_with_exact_counts() -> Result
     )
     .await?;
     assert_eq!(done.len(), expected.len(), "one object per loop: {done:?}");
+    // Nothing the old leader wrote was created again: the new leader knew its objects.
+    let (_, scrape) = b.get("/metrics").unwrap_or_default();
+    for code in ["409", "201"] {
+        assert_eq!(
+            metric_sum(
+                &scrape,
+                "event_series_api_requests_total",
+                &["verb=\"create\"", &format!("code=\"{code}\"")]
+            ),
+            0.0,
+            "the new leader created a series object the old one had written: {scrape}"
+        );
+    }
     ns.cleanup().await
 }

@@ -164,12 +164,7 @@ impl Engine {
         mut s: Series,
     ) {
         let settings = self.policies.settings(slot_idx);
-        let mut due = s
-            .next_heartbeat()
-            .min(s.tally.seen() + settings.finish_after);
-        if let Some(refresh) = s.next_refresh(settings) {
-            due = due.min(refresh);
-        }
+        let due = s.next_wake(settings);
         let max = settings.max_active_series.max(1);
         let per_ns = settings.max_active_series_per_namespace.max(1);
         let ns = s.tally.ns;
@@ -306,14 +301,49 @@ impl Engine {
         };
         self.pacer.release(landed.booked);
         s.next_heartbeat = micros(self.pacer.book(due, landed.at));
-        let mut next = s
-            .next_heartbeat()
-            .min(s.tally.seen() + settings.finish_after);
-        if let Some(refresh) = s.next_refresh(settings) {
-            next = next.min(refresh);
-        }
+        let next = s.next_wake(settings);
         if micros(next) != s.timer_due {
             s.timer_due = self.timers.arm(next, landed.id, ns);
+        }
+    }
+
+    /// Another replica wrote the series' object when it decided the state it carried (`at`, its
+    /// `writtenAt`): a standby learns the leader's writes this way. The next heartbeat and early
+    /// refresh are booked from that write, as the leader booked them, so that a standby's writes
+    /// wait behind the leader's and a hand-over writes none early. Only ever later: a write seen
+    /// late moves no booking back.
+    pub fn written_elsewhere(
+        &mut self,
+        namespace: &str,
+        id: KeyId,
+        first: DateTime<Utc>,
+        at: DateTime<Utc>,
+    ) {
+        let Some((ns, slot_idx)) = self.namespaces.lookup(namespace) else {
+            return;
+        };
+        let settings = self.policies.settings(slot_idx);
+        let Some(slot) = self.slots.get_mut(slot_idx) else {
+            return;
+        };
+        let Some(s) = slot
+            .series
+            .peek_mut(ns, &id)
+            .filter(|s| s.tally.first() == first)
+        else {
+            return;
+        };
+        s.refresh_step = s
+            .refresh_step
+            .max(Series::refresh_step_after(settings, first, at));
+        let due = at + settings.heartbeat_interval;
+        if micros(due) > s.next_heartbeat {
+            self.pacer.release(s.next_heartbeat());
+            s.next_heartbeat = micros(self.pacer.book(due, at));
+        }
+        let next = s.next_wake(settings);
+        if micros(next) != s.timer_due {
+            s.timer_due = self.timers.arm(next, id, ns);
         }
     }
 

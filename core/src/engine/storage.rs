@@ -145,6 +145,15 @@ impl Series {
         time(self.next_heartbeat)
     }
 
+    /// When its timer must next wake it: a heartbeat, an early refresh or a quiet finish due.
+    pub fn next_wake(&self, settings: &Settings) -> DateTime<Utc> {
+        let due = self
+            .next_heartbeat()
+            .min(self.tally.seen() + settings.finish_after);
+        self.next_refresh(settings)
+            .map_or(due, |refresh| due.min(refresh))
+    }
+
     /// When its next early refresh falls due, if any is left.
     pub fn next_refresh(&self, settings: &Settings) -> Option<DateTime<Utc>> {
         settings

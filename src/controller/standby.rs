@@ -1,0 +1,44 @@
+//! What a standby does with the leader's writes, seen by the own-object watch
+//! ([`crate::input::own_watch`]): each object the leader wrote is checked as a claim, like a restored
+//! one, then told to the engine (the series' heartbeats are booked from it) and to the writer (a
+//! pending write it covers is dropped). A forged or unreadable object is ignored: it could only
+//! spare a write, never cost a count.
+
+use crate::object::{self, Check};
+use crate::writer::Observed;
+use crate::writer::queue::Target;
+use chrono::Utc;
+use event_series_core::engine::Engine;
+use k8s_openapi::api::events::v1::Event;
+
+/// Tells the engine what the leader wrote, and returns it for the writer (`None`: not a claim
+/// that checks out, or one without the time of its write).
+pub(super) fn learn(engine: &mut Engine, ev: &Event) -> Option<Observed> {
+    let check = Check {
+        now: Utc::now(),
+        tolerance: engine.clock_tolerance(),
+    };
+    let stored = match object::decode(ev, check) {
+        Ok(stored) => stored,
+        Err(error) => {
+            tracing::debug!(%error, name = ?ev.metadata.name, "own series object not taken as the leader's write");
+            return None;
+        }
+    };
+    let name = ev.metadata.name.as_deref()?;
+    if let Some(at) = stored.last_write {
+        engine.written_elsewhere(&stored.namespace, stored.id, stored.first, at);
+    }
+    let (base, variant) = object::split_variant(name);
+    Some(Observed {
+        target: Target {
+            namespace: stored.namespace,
+            name: base.to_owned(),
+        },
+        first: stored.first,
+        count: stored.count,
+        last: stored.last,
+        state: stored.state,
+        variant,
+    })
+}
