@@ -12,6 +12,12 @@
 # kube-apiserver, etcd and kubectl of that older minor, from the same sources with `go build -modfile`,
 # into target/envtest/bin-1.34 (the test matrix); the emitter and the node's binaries are the newest's.
 #
+# Every binary built is also kept outside the clone, in $EVENT_SERIES_CACHE/envtest (default
+# ${XDG_CACHE_HOME:-~/.cache}/event-series/envtest), under a key made of its module file, go.sum, its
+# cmd/<name> sources, this script and the Go version: a fresh clone on this machine takes it from
+# there in milliseconds instead of building (and linking) it again. Entries unused for 30 days are
+# removed; an empty EVENT_SERIES_CACHE (or XDG_CACHE_HOME) gives a cold build. --force builds regardless.
+#
 # Usage: hack/build-envtest.sh [--force] [name...]   (default: the first four; "node" adds the node four)
 set -euo pipefail
 
@@ -23,7 +29,9 @@ MINOR="${ENVTEST_MINOR:-}"
 modfile=()
 if [ -n "$MINOR" ]; then
   [ -f "$MOD/minors/$MINOR/go.mod" ] || {
-    echo "build-envtest: no module file for Kubernetes $MINOR (have: $(ls "$MOD/minors" | tr '\n' ' ')); write one with hack/envtest-minor.sh" >&2
+    have=("$MOD"/minors/*/go.mod)
+    have=("${have[@]%/go.mod}")
+    echo "build-envtest: no module file for Kubernetes $MINOR (have: ${have[*]##*/}); write one with hack/envtest-minor.sh" >&2
     exit 2
   }
   modfile=("-modfile=$MOD/minors/$MINOR/go.mod")
@@ -79,6 +87,16 @@ stale() {
   return 1
 }
 
+# Nothing to do: no lock taken (another run may be building other binaries into BIN meanwhile, the
+# node's in the background of hack/test.sh, say).
+if [ -z "${KUBEBUILDER_ASSETS:-}" ]; then
+  fresh=1
+  for n in "${names[@]}"; do
+    if stale "$n"; then fresh=0; fi
+  done
+  [ "$fresh" = 0 ] || exit 0
+fi
+
 # Several clusters may start at once: serialize builds and re-check under the lock.
 exec 9>"$BIN/.build.lock"
 flock 9
@@ -96,13 +114,51 @@ from_assets() {
   fi
 }
 
+CACHE="${EVENT_SERIES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/event-series}/envtest"
+go_version=""
+# entry NAME -> the cache entry of NAME as the inputs stand now (a directory holding the binary).
+entry() {
+  local mod="$MOD/go.mod"
+  [ -n "$MINOR" ] && mod="$MOD/minors/$MINOR/go.mod"
+  [ -n "$go_version" ] || go_version="$(GOTOOLCHAIN=local go env GOVERSION)"
+  echo "$CACHE/$1-$({ echo "$go_version"; cat "$mod" "${mod%.mod}.sum" "$ROOT/hack/build-envtest.sh"
+    for f in "$MOD/cmd/$1"/*.go; do echo "${f##*/}"; cat "$f"; done; } | sha256sum | cut -c1-16)"
+}
+
+# from_cache NAME -> 0 when BIN/NAME was taken from the cache (a hard link where the file systems
+# allow; the file is never written in place: a build removes it first).
+from_cache() {
+  local e
+  [ "$force" = 0 ] || return 1
+  e="$(entry "$1")"
+  [ -x "$e/$1" ] || return 1
+  rm -f "$BIN/$1"
+  ln "$e/$1" "$BIN/$1" 2>/dev/null || cp "$e/$1" "$BIN/$1"
+  touch "$BIN/$1" "$e"
+  echo "build-envtest: $1 from the cache ($e)" >&2
+}
+
+# to_cache NAME: keeps the fresh BIN/NAME in the cache (another clone building the same entry at
+# the same time: the first one in place stays).
+to_cache() {
+  local e tmp
+  e="$(entry "$1")"
+  [ -x "$e/$1" ] && return 0
+  mkdir -p "$CACHE"
+  tmp="$(mktemp -d "$e.tmp.XXXXXX")" && chmod 755 "$tmp"
+  ln "$BIN/$1" "$tmp/$1" 2>/dev/null || cp "$BIN/$1" "$tmp/$1"
+  mv -T "$tmp" "$e" 2>/dev/null || rm -rf "$tmp"
+}
+
 todo=()
 for n in "${names[@]}"; do
   if from_assets "$n"; then continue; fi
   [ -d "$MOD/cmd/$n" ] || { echo "build-envtest: unknown binary $n (have: ${ALL[*]} ${NODE[*]})" >&2; exit 2; }
-  if stale "$n"; then todo+=("$n"); fi
+  if stale "$n" && ! from_cache "$n"; then todo+=("$n"); fi
 done
 [ ${#todo[@]} -gt 0 ] || exit 0
+# Entries nobody used for 30 days (older releases, older flags) go.
+find "$CACHE" -mindepth 1 -maxdepth 1 -type d -mtime +30 -exec rm -rf {} + 2>/dev/null || true
 
 cd "$MOD"
 # Stamp the Kubernetes version the way the upstream release build does, so that
@@ -123,8 +179,10 @@ echo "build-envtest: building ${todo[*]} (Kubernetes $kver) into $BIN" >&2
 start=$SECONDS
 # -mod=readonly: go.mod/go.sum are committed; missing modules come from GOPROXY.
 # CGO_ENABLED=0 as in the upstream release build: static binaries, no C toolchain.
+# The outputs may be hard links into the cache: never written in place.
+for n in "${todo[@]}"; do rm -f "$BIN/$n"; done
 CGO_ENABLED=0 go build "${modfile[@]}" -mod=readonly -trimpath -buildvcs=false -ldflags "$ldflags" -o "$BIN/" "${pkgs[@]}"
 # go build leaves an up-to-date output untouched only in some cases; make the
 # staleness check above reliable.
-for n in "${todo[@]}"; do touch "$BIN/$n"; done
+for n in "${todo[@]}"; do touch "$BIN/$n"; to_cache "$n"; done
 echo "build-envtest: done in $((SECONDS - start))s" >&2

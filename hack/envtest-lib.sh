@@ -1,4 +1,6 @@
 # shellcheck shell=bash
+# The settings below are for the scripts that source this file (so unused here):
+# shellcheck disable=SC2034
 # Shared by hack/cluster-up.sh, hack/cluster-up-node.sh and hack/cluster-down.sh (sourced, not run):
 # one cluster's directory, its processes, its node. Expects ROOT (the repository root). Defines BIN,
 # DIR and helpers; brings in hack/common.sh.
@@ -196,7 +198,7 @@ envtest_node_down() {
   # container processes whose shim is gone: whatever is left in the pods' cgroups
   for t in /sys/fs/cgroup/*/kubepods; do
     [ -d "$t" ] || continue
-    find "$t" -name cgroup.procs -exec cat {} + 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
+    xargs -r kill -KILL < <(find "$t" -name cgroup.procs -exec cat {} + 2>/dev/null) 2>/dev/null || true
   done
   # mounts: rootfs overlays, shm, the pods' volumes, network namespaces (deepest first)
   for _ in 1 2 3; do
