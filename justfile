@@ -6,26 +6,9 @@ set shell := ["bash", "-euo", "pipefail", "-c"]
 default:
     @just --list
 
-# The end-to-end tests `just test` also runs on the oldest supported minor.
-oldest_subset := "operator:: install:: policy:: ha:: watch::"
-
-# Everything: fmt, clippy, unit, property, manifest (helm, promtool) and end-to-end tests (real kube-apiserver in target/envtest-e2e; a real node in target/envtest-node, which must start when CI=true).
-test: lint
-    #!/usr/bin/env bash
-    set -euo pipefail
-    export ENVTEST_DIR="$PWD/target/envtest-e2e"
-    node_dir="$PWD/target/envtest-node"
-    trap 'bash hack/cluster-down.sh; ENVTEST_DIR="$node_dir" bash hack/cluster-down.sh' EXIT
-    bash hack/build-envtest.sh node   # apiserver, etcd, kubectl, the client-go emitter; scheduler, controller-manager, kubelet, kube-proxy, pause
-    bash hack/tools.sh                # helm (3 and 4), promtool, alertmanager: the chart, alert-rule and alert tests
-    bash hack/cluster-up.sh
-    # The node tests start their node (hack/cluster-up-node.sh in target/envtest-node) when their turn
-    # comes, so that it does not run beside the other end-to-end tests.
-    EVENT_SERIES_E2E_KUBECONFIG="$ENVTEST_DIR/kubeconfig" cargo test --workspace --all-targets
-    # The oldest supported Kubernetes minor: lifecycle, restart, install and admission policy
-    # (`just test-matrix` runs the whole end-to-end suite on every minor), with nothing else running.
-    bash hack/cluster-down.sh; ENVTEST_DIR="$node_dir" bash hack/cluster-down.sh
-    MATRIX_OLDEST=1 MATRIX_TESTS="{{oldest_subset}}" MATRIX_OUT=target/matrix-oldest bash hack/test-matrix.sh
+# Everything: fmt, clippy, unit, property, manifest (helm, promtool) and end-to-end tests (real kube-apiserver in target/envtest-e2e; a real node in target/envtest-node, which must start when CI=true), then the end-to-end tests of lifecycle, restart, install and admission policy on the oldest supported Kubernetes minor. Prints each stage's time (hack/test.sh).
+test:
+    JUST="{{just_executable()}}" bash hack/test.sh
 
 # The apiserver end-to-end suite on every supported Kubernetes minor (tests/envtest/minors and the
 # newest); the table of results in target/matrix/versions.md. MATRIX_MINORS="1.34" picks some.
@@ -92,7 +75,7 @@ install:
     ln -sf event-series "$bin/kubectl-series"
     echo "installed $bin/event-series and $bin/kubectl-series (-> event-series); put $bin on your PATH for \`kubectl series\`"
 
-# Build helm and promtool (Go modules) into target/tools/bin for the manifest tests.
+# Build helm (3 and 4), helm-unittest, promtool and Alertmanager (Go modules) into target/tools/bin for the chart, manifest and alert tests; kept per version outside the clone (hack/tools.sh).
 tools:
     bash hack/tools.sh
 
