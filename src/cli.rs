@@ -208,7 +208,8 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 500)]
     pub list_page_size: u32,
     /// About how many bytes of JSON one list page may hold: pages are sized by the largest object
-    /// of the page before, so that Events with 1 MB messages cannot make one page hundreds of MB.
+    /// of the page before, so that one response does not take long to arrive (whatever a page
+    /// holds, it is read one object at a time, each cut to its limits as it is decoded).
     /// A number of bytes, or with Ki, Mi or Gi.
     #[arg(long, default_value = "1Mi", value_parser = paging::parse_bytes)]
     pub list_page_bytes: usize,

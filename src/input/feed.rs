@@ -18,8 +18,10 @@ use crate::object;
 use crate::operations::metrics::Metrics;
 use chrono::{DateTime, Utc};
 use event_series_core::engine::Engine;
+use event_series_core::key::fields::{self, CONTROLLER_LIMIT, LENGTH_LIMIT, NOTE_LIMIT, reference};
 use event_series_core::key::{self, Observation};
-use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::api::core::v1::{Event, EventSeries, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta};
 
 /// How a raw event reached the operator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,6 +54,85 @@ pub fn read<'a>(ev: &'a Event, metrics: &Metrics) -> Option<Observation<'a>> {
             None
         }
     }
+}
+
+/// How much longer than its limit [`slim`] leaves a string: enough for [`key::normalise()`] to
+/// still see (and count) the cut, whatever character ends the kept part.
+const OVER: usize = 4;
+
+/// Keeps of a raw event only what [`read`] looks at, each string cut to a few bytes over its limit,
+/// as soon as it is decoded: what the list and watch hold of a tenant's 1 MB Event (in their
+/// channel, in a page being read) is then a few KB, and reading the slim event gives the same
+/// observation, cuts included.
+pub fn slim(ev: Event) -> Event {
+    let cut = |s: Option<String>, max: usize| {
+        s.map(|s| match s.len() > max + OVER {
+            true => fields::cut(&s, max + OVER).to_owned(),
+            false => s,
+        })
+    };
+    let object = |r: ObjectReference| ObjectReference {
+        api_version: cut(r.api_version, reference::API_VERSION),
+        kind: cut(r.kind, reference::KIND),
+        namespace: cut(r.namespace, reference::NAMESPACE),
+        name: cut(r.name, reference::NAME),
+        uid: cut(r.uid, reference::UID),
+        field_path: cut(r.field_path, reference::FIELD_PATH),
+        resource_version: None,
+    };
+    let meta = ev.metadata;
+    Event {
+        metadata: ObjectMeta {
+            name: meta.name,
+            namespace: meta.namespace,
+            uid: meta.uid,
+            resource_version: meta.resource_version,
+            creation_timestamp: meta.creation_timestamp,
+            managed_fields: meta.managed_fields.map(occurrence_writes),
+            ..ObjectMeta::default()
+        },
+        involved_object: object(ev.involved_object),
+        related: ev.related.map(object),
+        action: cut(ev.action, LENGTH_LIMIT),
+        reason: cut(ev.reason, LENGTH_LIMIT),
+        type_: cut(ev.type_, LENGTH_LIMIT),
+        message: cut(ev.message, NOTE_LIMIT),
+        reporting_component: cut(ev.reporting_component, CONTROLLER_LIMIT),
+        reporting_instance: cut(ev.reporting_instance, LENGTH_LIMIT),
+        source: ev.source.map(|s| EventSource {
+            component: cut(s.component, CONTROLLER_LIMIT),
+            host: cut(s.host, LENGTH_LIMIT),
+        }),
+        series: ev.series.map(|s| EventSeries {
+            count: s.count,
+            last_observed_time: s.last_observed_time,
+        }),
+        count: ev.count,
+        event_time: ev.event_time,
+        first_timestamp: ev.first_timestamp,
+        last_timestamp: ev.last_timestamp,
+    }
+}
+
+/// Of the `managedFields` entries, only when each wrote the fields an occurrence writes (what
+/// [`key::normalise()`] reads of them).
+fn occurrence_writes(entries: Vec<ManagedFieldsEntry>) -> Vec<ManagedFieldsEntry> {
+    const FIELDS: [&str; 4] = ["f:count", "f:lastTimestamp", "f:series", "f:eventTime"];
+    entries
+        .into_iter()
+        .filter_map(|m| {
+            let owned: serde_json::Map<String, serde_json::Value> = FIELDS
+                .iter()
+                .filter(|k| m.fields_v1.as_ref().is_some_and(|f| f.0.get(**k).is_some()))
+                .map(|k| ((*k).to_owned(), serde_json::json!({})))
+                .collect();
+            (!owned.is_empty()).then(|| ManagedFieldsEntry {
+                time: m.time,
+                fields_v1: Some(FieldsV1(serde_json::Value::Object(owned))),
+                ..ManagedFieldsEntry::default()
+            })
+        })
+        .collect()
 }
 
 /// Whether `ev` carries the name the operator gives the series of its own fields (with the note in
@@ -137,6 +218,38 @@ mod tests {
             "eventTime": now, "series": {"count": 3, "lastObservedTime": now}
         }))
         .unwrap()
+    }
+
+    /// A slim event reads as the event it came from, cuts included, and is small.
+    #[test]
+    fn a_slim_event_reads_the_same_and_is_small() {
+        let metrics = Metrics::default();
+        let mut big = raw(&"é".repeat(700_000));
+        big.metadata.annotations = Some([("a".to_owned(), "x".repeat(200_000))].into());
+        big.metadata.managed_fields = Some(vec![
+            serde_json::from_value(serde_json::json!({
+                "manager": "kubelet", "operation": "Update", "time": "2026-01-02T03:04:05Z",
+                "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:count": {}, "f:message": {}, "f:lastTimestamp": {}}
+            }))
+            .unwrap(),
+            serde_json::from_value(serde_json::json!({
+                "manager": "labeller", "operation": "Update", "time": "2027-01-02T03:04:05Z",
+                "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {}}}
+            }))
+            .unwrap(),
+        ]);
+        big.involved_object.field_path = Some("f".repeat(5000));
+        big.reporting_component = Some("c".repeat(5000));
+        let mut small = raw("short");
+        small.series = None;
+        small.count = Some(4);
+        for ev in [big, small, raw(&"m".repeat(1025))] {
+            let thin = slim(ev.clone());
+            let (a, b) = (read(&ev, &metrics).unwrap(), read(&thin, &metrics).unwrap());
+            assert_eq!(a, b);
+            assert!(crate::input::paging::json_size(&thin) < 4096);
+        }
     }
 
     /// a series object whose labels a tenant stripped is not read as a raw event (it would

@@ -1,12 +1,15 @@
-//! How many objects to ask for in the next page of a list, so that a page stays within a byte
-//! budget whatever a tenant writes into its Events.
+//! How many objects to ask for in the next page of a list, so that one response stays near a
+//! byte budget and arrives within the request deadline.
 //!
 //! The API bounds a page by count (`limit`), not by size, and a core/v1 Event has no size limit
-//! short of etcd's (about 1.5 MB): 500 Events carrying 1 MB messages make a 500 MB page, decoded
-//! on top of that, and one that may not arrive within the request deadline. So a list starts with
-//! a small page, measures the largest object it got, and sizes the next page to fit the budget,
-//! up to the maximum (`limit` may change between the pages of one list). Pure: the shells measure
-//! and ask.
+//! short of etcd's (about 1.5 MB): 500 Events carrying 1 MB messages make a 500 MB response. What
+//! a page costs in memory does not depend on this: pages are read one object at a time
+//! ([`crate::input::list_body`]). But a count sized by small objects may meet large ones (one small
+//! Event sorted before hundreds of 1.4 MB ones), and such a response may not arrive within the
+//! request deadline. So a list starts with a small page, measures the largest object it got, and
+//! sizes the next page to fit the budget, up to the maximum (`limit` may change between the pages
+//! of one list); a page that failed is measured too, so that it is asked for again smaller. Pure:
+//! the shells measure and ask.
 
 use serde::Serialize;
 

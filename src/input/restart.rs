@@ -8,7 +8,9 @@
 //!    engine. Meanwhile the
 //!    first list of raw events is fetched; each raw event is kept as a compact observation in a
 //!    [`ReplayBuffer`] ([`Restart::buffer`]) rather than fed at once, because a list comes in name order and because
-//!    the engine must know every stored series before it counts a raw event.
+//!    the engine must know every stored series before it counts a raw event. What the watch
+//!    alongside that list brings (changes after its snapshot, [`crate::input::watch`]) is listed
+//!    too, and buffered the same way.
 //! 2. [`Restart::finish`], at the end of that list: replay the buffer in the order the occurrences
 //!    happened, so candidates and gaps form exactly as they did when the events were watched live,
 //!    then end the recovery. From then on the watch feeds the engine directly. The buffer is
@@ -17,7 +19,8 @@
 //!
 //! The engine's side of it (what a stored series says was already counted) is `engine::restore`.
 
-use crate::input::paging::{self, PageSize};
+use crate::input::list_body::{self, Part};
+use crate::input::paging::PageSize;
 use crate::input::watch::Step;
 use crate::object;
 use crate::operations::health::Health;
@@ -25,11 +28,12 @@ use crate::operations::metrics::Metrics;
 use chrono::{DateTime, Utc};
 use event_series_core::engine::Engine;
 use event_series_core::key::ReplayBuffer;
+use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use kube::api::{Api, ListParams};
-use kube::core::ObjectList;
 use std::time::{Duration, Instant};
 
 /// Most objects per page of the list of own series objects. The operator's own objects are bounded
@@ -188,10 +192,13 @@ impl Restart {
 pub const RESTORE_LISTS: usize = 4;
 
 /// Restores every series object the operator wrote (Ongoing and Finished), one list per API in
-/// `own` (one per namespace), [`RESTORE_LISTS`] lists at once, page by page. Each object is a claim
-/// checked by [`object::decode()`]; one that fails is skipped with a log line and counted in
-/// `event_series_recovery_rejected_total{reason}`. Pages are applied to the engine one at a time,
-/// in whatever order the lists deliver them: restoring is per object and idempotent.
+/// `own` (one per namespace), [`RESTORE_LISTS`] lists at once, page by page, each page read one
+/// object at a time ([`crate::input::list_body`]): a look-alike a tenant made large costs one object
+/// of memory, not a page of them. Each object is a claim checked by [`object::decode()`]; one that
+/// fails is skipped with a log line and counted in `event_series_recovery_rejected_total{reason}`.
+/// Objects are applied to the engine one at a time, in whatever order the lists deliver them:
+/// restoring is per object and idempotent (a page read again after a failure restores nothing
+/// twice).
 async fn restore_own_series(
     own: &[Api<Event>],
     engine: &mut Engine,
@@ -203,19 +210,20 @@ async fn restore_own_series(
     health.restore_progress(Some(started));
     tracing::info!(namespaces = own.len(), "restoring own series objects");
     let mut tally = Tally::default();
-    let mut pages = futures::stream::iter(own)
-        .map(|api| Box::pin(own_pages(api, bounds, metrics)))
+    let mut parts = futures::stream::iter(own)
+        .map(|api| Box::pin(own_objects(api, bounds, metrics)))
         .flatten_unordered(RESTORE_LISTS);
     loop {
         let asked = Instant::now();
-        let Some(page) = pages.next().await else {
+        let Some(part) = parts.next().await else {
             break;
         };
         tally.waiting += asked.elapsed();
-        let (page, list_rv) = page?;
         health.restore_progress(Some(Instant::now()));
-        tally.pages += 1;
-        restore_page(&page.items, list_rv, engine, metrics, &mut tally);
+        match part? {
+            Own::Object(ev, list_rv) => restore_one(&ev, list_rv, engine, metrics, &mut tally),
+            Own::PageDone => tally.pages += 1,
+        }
     }
     health.restore_progress(None);
     let Tally {
@@ -247,13 +255,22 @@ struct Tally {
     waiting: Duration,
 }
 
-/// One list of own series objects (one namespace's): its pages, each with the resourceVersion the
-/// list is served at. Ends after the last page, or with the error that stopped it.
-fn own_pages<'a>(
+/// What one list of own series objects hands out.
+enum Own {
+    /// An object, with the resourceVersion the list is served at (when known).
+    Object(Box<Event>, Option<u64>),
+    /// A page was read to its end.
+    PageDone,
+}
+
+/// One list of own series objects (one namespace's): its objects, each with the resourceVersion
+/// the list is served at, and the end of each page. Ends after the last page, or with the error
+/// that stopped it.
+fn own_objects<'a>(
     api: &'a Api<Event>,
     bounds: Bounds,
     metrics: &'a Metrics,
-) -> impl Stream<Item = Result<(ObjectList<Event>, Option<u64>), RestoreError>> + 'a {
+) -> impl Stream<Item = Result<Own, RestoreError>> + 'a {
     let sizes = PageSize::new(OWN_PAGE_SIZE, bounds.page_bytes);
     let list = OwnList {
         api,
@@ -263,33 +280,42 @@ fn own_pages<'a>(
         sizes,
         progress: Progress {
             last: Instant::now(),
+            delays: retry_delays(),
             restarts: 0,
             timeout: bounds.restore_timeout,
             metrics,
         },
         list_rv: None,
+        page: None,
+        largest: 0,
     };
     futures::stream::try_unfold(Some(list), |list| async move {
         let Some(mut list) = list else {
             return Ok(None);
         };
-        let page = list_with_retry(list.api, &mut list.params, &mut list.progress).await?;
-        list.progress.last = Instant::now();
-        list.sizes.measured(paging::largest(&page.items));
-        // Every page of one list is served at the first page's resourceVersion.
-        list.list_rv = list
-            .list_rv
-            .or_else(|| page.metadata.resource_version.as_deref()?.parse().ok());
-        let list_rv = list.list_rv;
-        let next = match page.metadata.continue_.clone().filter(|c| !c.is_empty()) {
-            Some(token) => {
-                list.params.continue_token = Some(token);
-                list.params.limit = Some(list.sizes.limit());
-                Some(list)
+        loop {
+            match list.next_part().await? {
+                Part::Head(meta) => list.served_at(&meta),
+                Part::Item(ev, bytes) => {
+                    list.largest = list.largest.max(bytes);
+                    let list_rv = list.list_rv;
+                    return Ok(Some((Own::Object(ev, list_rv), Some(list))));
+                }
+                Part::End(meta) => {
+                    list.served_at(&meta);
+                    list.sizes.measured(std::mem::take(&mut list.largest));
+                    let next = match meta.continue_.filter(|c| !c.is_empty()) {
+                        Some(token) => {
+                            list.params.continue_token = Some(token);
+                            list.params.limit = Some(list.sizes.limit());
+                            Some(list)
+                        }
+                        None => None,
+                    };
+                    return Ok(Some((Own::PageDone, next)));
+                }
             }
-            None => None,
-        };
-        Ok(Some(((page, list_rv), next)))
+        }
     })
 }
 
@@ -299,13 +325,54 @@ struct OwnList<'a> {
     params: ListParams,
     sizes: PageSize,
     progress: Progress<'a>,
-    /// The resourceVersion the list is served at, once its first page arrived.
+    /// The resourceVersion the list is served at, once its first page told.
     list_rv: Option<u64>,
+    /// The page being read.
+    page: Option<BoxStream<'static, kube::Result<Part<Event>>>>,
+    /// The largest object of that page.
+    largest: usize,
 }
 
-/// Restores the series objects of one page of a list served at `list_rv`.
-fn restore_page(
-    items: &[Event],
+impl OwnList<'_> {
+    /// Every page of one list is served at the first page's resourceVersion.
+    fn served_at(&mut self, meta: &ListMeta) {
+        self.list_rv = self
+            .list_rv
+            .or_else(|| meta.resource_version.as_deref()?.parse().ok());
+    }
+
+    /// The next part of the page being read, asking for it (again) as needed: a page that failed
+    /// is asked for again ([`failed`]), smaller when it failed on large objects.
+    async fn next_part(&mut self) -> Result<Part<Event>, RestoreError> {
+        loop {
+            let page = self
+                .page
+                .get_or_insert_with(|| list_body::page(self.api, &self.params));
+            let e = match page.next().await {
+                Some(Ok(part)) => {
+                    if matches!(part, Part::End(_)) {
+                        self.page = None;
+                    }
+                    self.progress.last = Instant::now();
+                    self.progress.delays = retry_delays();
+                    return Ok(part);
+                }
+                Some(Err(e)) => e,
+                None => kube::Error::Service("the list page ended without its end".into()),
+            };
+            self.page = None;
+            if self.largest > 0 {
+                self.sizes.measured(std::mem::take(&mut self.largest));
+                self.params.limit = Some(self.sizes.limit());
+            }
+            failed(e, &mut self.params, &mut self.progress).await?;
+        }
+    }
+}
+
+/// Restores one series object of a list served at `list_rv`.
+fn restore_one(
+    ev: &Event,
     list_rv: Option<u64>,
     engine: &mut Engine,
     metrics: &Metrics,
@@ -316,26 +383,24 @@ fn restore_page(
         now,
         tolerance: engine.clock_tolerance(),
     };
-    for ev in items {
-        let claim = object::decode(ev, check).and_then(|s| match list_rv {
-            // No object can record raw events newer than the list it is read in.
-            Some(list) if s.watermark > list => Err(object::DecodeError::FutureWatermark {
-                watermark: s.watermark,
-                list,
-            }),
-            _ => Ok(s),
-        });
-        match claim {
-            Ok(series) => {
-                engine.restore(now, series);
-                tally.restored += 1;
-            }
-            Err(e) => {
-                tracing::warn!(name = ?ev.metadata.name, namespace = ?ev.metadata.namespace,
-                    error = %e, "series object not adopted");
-                tally.rejected += 1;
-                metrics.recovery_rejected(e.reason());
-            }
+    let claim = object::decode(ev, check).and_then(|s| match list_rv {
+        // No object can record raw events newer than the list it is read in.
+        Some(list) if s.watermark > list => Err(object::DecodeError::FutureWatermark {
+            watermark: s.watermark,
+            list,
+        }),
+        _ => Ok(s),
+    });
+    match claim {
+        Ok(series) => {
+            engine.restore(now, series);
+            tally.restored += 1;
+        }
+        Err(e) => {
+            tracing::warn!(name = ?ev.metadata.name, namespace = ?ev.metadata.namespace,
+                error = %e, "series object not adopted");
+            tally.rejected += 1;
+            metrics.recovery_rejected(e.reason());
         }
     }
 }
@@ -370,8 +435,9 @@ pub enum RestoreError {
 /// offered none to go on from (a real API server offers one; each start over restores idempotently).
 const MAX_LIST_RESTARTS: u32 = 5;
 
-/// Lists one page, retrying throttling and server errors with backoff (a restart in a busy cluster
-/// must not fail on a 429), until `progress.timeout` has passed since the last page.
+/// What to do after a page of the own-series list failed (the request, or its body on the way):
+/// wait and ask again, with backoff (a restart in a busy cluster must not fail on a 429), until
+/// `progress.timeout` has passed since the last progress.
 ///
 /// A continue token that expired (410: etcd compacted the list's snapshot, which a long list on a
 /// slow or busy control plane outlives) is replaced by the one the API server offers with the 410,
@@ -381,59 +447,63 @@ const MAX_LIST_RESTARTS: u32 = 5;
 /// object is refused by `decode` anyway), an object deleted meanwhile (TTL) needs no restoring, and
 /// one served twice is restored once ([`Engine::restore`] is idempotent). Starting over instead
 /// would never end where one whole list takes longer than the compaction interval.
-async fn list_with_retry(
-    api: &Api<Event>,
+async fn failed(
+    e: kube::Error,
     params: &mut ListParams,
     progress: &mut Progress<'_>,
-) -> Result<ObjectList<Event>, RestoreError> {
-    let mut delays = crate::api::retry::delays(Duration::from_millis(200), Duration::from_secs(30));
-    loop {
-        let e = match api.list(params).await {
-            Ok(page) => return Ok(page),
-            Err(e) => e,
-        };
-        if let kube::Error::Api(status) = &e
-            && status.code == 410
-            && params.continue_token.is_some()
-        {
-            progress.metrics.restore_tokens_expired.inc();
-            let offered = status.metadata.as_ref().and_then(|m| m.continue_.clone());
-            match offered.filter(|t| !t.is_empty()) {
-                Some(token) => {
-                    tracing::warn!(
-                        "continue token of the own-series list expired; going on from the token the API server offered"
-                    );
-                    params.continue_token = Some(token);
-                }
-                None if progress.restarts < MAX_LIST_RESTARTS => {
-                    progress.restarts += 1;
-                    tracing::warn!(
-                        restarts = progress.restarts,
-                        "continue token of the own-series list expired and none was offered; listing again from the start"
-                    );
-                    params.continue_token = None;
-                }
-                None => return Err(RestoreError::Restarts(MAX_LIST_RESTARTS)),
+) -> Result<(), RestoreError> {
+    if let kube::Error::Api(status) = &e
+        && status.code == 410
+        && params.continue_token.is_some()
+    {
+        progress.metrics.restore_tokens_expired.inc();
+        let offered = status.metadata.as_ref().and_then(|m| m.continue_.clone());
+        match offered.filter(|t| !t.is_empty()) {
+            Some(token) => {
+                tracing::warn!(
+                    "continue token of the own-series list expired; going on from the token the API server offered"
+                );
+                params.continue_token = Some(token);
             }
+            None if progress.restarts < MAX_LIST_RESTARTS => {
+                progress.restarts += 1;
+                tracing::warn!(
+                    restarts = progress.restarts,
+                    "continue token of the own-series list expired and none was offered; listing again from the start"
+                );
+                params.continue_token = None;
+            }
+            None => return Err(RestoreError::Restarts(MAX_LIST_RESTARTS)),
         }
-        let left = progress.timeout.saturating_sub(progress.last.elapsed());
-        if left.is_zero() {
-            return Err(RestoreError::Stuck(progress.timeout));
-        }
-        // The last try comes at the bound itself. An expired token is tried again with backoff
-        // too: a server that answers 410 to every continuation cannot make this loop spin.
-        let retry_in = delays.next().unwrap_or(Duration::from_secs(30)).min(left);
-        if !matches!(&e, kube::Error::Api(s) if s.code == 410) {
-            tracing::warn!(error = %e, ?retry_in, "listing own series objects failed; retrying");
-        }
-        tokio::time::sleep(retry_in).await;
     }
+    let left = progress.timeout.saturating_sub(progress.last.elapsed());
+    if left.is_zero() {
+        return Err(RestoreError::Stuck(progress.timeout));
+    }
+    // The last try comes at the bound itself. An expired token is tried again with backoff
+    // too: a server that answers 410 to every continuation cannot make this loop spin.
+    let retry_in = progress
+        .delays
+        .next()
+        .unwrap_or(Duration::from_secs(30))
+        .min(left);
+    if !matches!(&e, kube::Error::Api(s) if s.code == 410) {
+        tracing::warn!(error = %e, ?retry_in, "listing own series objects failed; retrying");
+    }
+    tokio::time::sleep(retry_in).await;
+    Ok(())
+}
+
+fn retry_delays() -> backon::ExponentialBackoff {
+    crate::api::retry::delays(Duration::from_millis(200), Duration::from_secs(30))
 }
 
 /// What tells a list that makes progress from one that does not.
 struct Progress<'a> {
-    /// When the list's last page arrived (or the list started).
+    /// When the list last made progress (or started).
     last: Instant,
+    /// Retry delays since then.
+    delays: backon::ExponentialBackoff,
     /// Times the list started over.
     restarts: u32,
     timeout: Duration,

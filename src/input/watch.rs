@@ -5,48 +5,78 @@
 //! keeps to itself: bookmarks (counted, and they advance the engine's watermark), the end of each list
 //! (a consistent point), and the difference between a re-established watch and a relist.
 //!
+//! **A list loses nothing, however long it takes.** Its first page fixes the list's snapshot, the
+//! resourceVersion `S` it is served at, and the watch starts from `S` at once, alongside the rest
+//! of the list: every change after `S` reaches the operator through the watch, in order. A list page
+//! whose continue token expired (etcd compacted the snapshot, every 5 minutes by default; 10^6
+//! stored events take about ten minutes to list) goes on from the token the API server offers with
+//! the 410: from the same key, at a later resourceVersion. Of what such a page holds, an object at
+//! or below `S` is the state the snapshot would have served; one above `S` changed after it, and
+//! is left to the watch, which brings that change (and every earlier one). An object deleted before
+//! the page's version is missing from it, and its deletion, which the watch brings, carries its last
+//! state. So the list hands on every object's state at `S` and the watch every change after: each
+//! object's newest state, as a list that never expired would. What the watch delivers during the list
+//! is handed on as listed (the order of a list is no order), and the list ends at the version the
+//! watch has reached, the version up to which everything was handed on (never the version of the
+//! last page, which may run ahead of the watch): the engine records no more as processed than it
+//! saw. Starting over instead would never end where one list takes longer than the compaction
+//! interval. The watch alongside asks to outlast the list ([`ALONGSIDE_SECONDS`]): resumed within
+//! it, from a version a quiet scope has not moved past, it could meet 410 and start the list over.
+//! Once the list is complete, a watch of `--watch-timeout` replaces it from where it got to (in a
+//! scope quiet for longer than the compaction interval that version may be gone too: 410, a relist
+//! that loses nothing either, as for any watch resumed after a quiet spell without bookmarks).
+//!
 //! ```text
-//!            ┌──────────────── 410 Gone: relist ────────────────┐
-//!            ▼                                                  │
-//!   Listing{continue} ──last page──▶ Watching{rv} ──event or bookmark──▶ Watching{rv'}
-//!     │   ▲                              │   ▲
-//!     └───┘ next page                    │   └── stream ended or failed: watch again from rv
-//!   failure: the same page after backoff └──── request failed: the same watch after backoff
-//!                                         └──── silent (stalled): the same watch at once
+//!            ┌──────────────── 410 Gone: relist (a new generation) ───────────┐
+//!            ▼                                                                │
+//!   Listing{continue, S?, W?} ──last page──▶ Watching{W} ──event or bookmark──▶ Watching{W'}
+//!     │   ▲   │ ▲                               │   ▲
+//!     └───┘   └─┘ watch alongside from S:       │   └── stream ended or failed: watch again from W
+//!   next page     changes handed on as listed,  └──── request failed: the same watch after backoff
+//!                 W advances                    └──── silent (stalled): the same watch at once
 //! ```
 //!
 //! | state | input | next state | steps handed on |
 //! |---|---|---|---|
-//! | `Listing` | a page with a continue token | `Listing` with that token | `ListStarted` (first page only), `Listed` per object |
-//! | `Listing` | the last page, at list resourceVersion `rv` | `Watching{rv}` | `ListStarted` (if first), `Listed`…, `ListDone{rv}` |
+//! | `Listing` | the head of the first page, at `S` | `Listing`, watching alongside from `W = S` | none |
+//! | `Listing` | an item at or below `S` (or `S` unknown) | unchanged | `ListStarted` (first only), `Listed` |
+//! | `Listing` | an item above `S` (a page after an expiry) | unchanged | `ListStarted` (first only); the watch brings it |
+//! | `Listing` | a page's end, with a continue token | `Listing` with that token | `ListStarted` (if none yet) |
+//! | `Listing` | the last page's end | `Watching{W}` (`W = S` without a watch yet) | `ListStarted` (if none yet), `ListDone{W}` |
+//! | `Listing` | watched: added or modified at `W'` | `Listing`, `W'` | `Listed` |
+//! | `Listing` | watched: deleted at `W'` | `Listing`, `W'` | `Listed` (its last state), `Deleted` |
+//! | `Listing` | watched: a bookmark at `W'` | `Listing`, `W'` | none (no checkpoint within a list) |
+//! | `Listing` | the watch ended at its timeout (it asks to outlast the list) | unchanged | `Restarted` (proves nothing within a list) |
 //! | `Watching{rv}` | an added, modified or deleted object at `rv'` | `Watching{rv'}` | `Applied` or `Deleted` |
 //! | `Watching{rv}` | a bookmark at `rv'` | `Watching{rv'}` | `Bookmark{rv'}` |
 //! | `Watching{rv}` | the stream ended at its timeout | `Watching{rv}` | `Restarted{clean}` |
-//! | `Watching{rv}` | the stream ended early, no error | `Watching{rv}` | `Failed`, then `Restarted` |
-//! | `Watching{rv}` | the stream failed | `Watching{rv}` | `Failed`, then `Restarted` |
-//! | `Watching{rv}` | the stream went silent for its timeout plus a margin | `Watching{rv}` | `Stalled`, then `Restarted` at once |
+//! | either | the stream ended early, no error | unchanged | `Failed`, then `Restarted` |
+//! | either | the stream failed | unchanged | `Failed`, then `Restarted` |
+//! | either | the stream went silent for its timeout plus a margin | unchanged | `Stalled`, then `Restarted` at once |
 //! | any | a request failed | unchanged | `Failed` (the shell waits `retry_in`) |
 //! | `Listing{token}` | 410 Gone for the page, a token offered | `Listing` with the offered token | `Failed` (no wait) |
-//! | any | 410 Gone (request, stream or error event) | `Listing` from scratch, `relist` | none until the next page |
+//! | any | 410 Gone (request, stream or error event) | `Listing` from scratch, `relist`, next generation | none until the next page |
 //!
-//! A relist happens only on 410 Gone; every other interruption resumes from the last resourceVersion
-//! seen, bookmarks included. A list page whose continue token expired (etcd compacted the list's
-//! snapshot, every 5 minutes by default) goes on from the token the API server offers with the 410:
-//! from the same key, at the current resourceVersion, where the watch then starts. That is not a
-//! snapshot: an object changed between the two versions, before the key, is missed until its next
-//! change (whose cumulative count brings the missed occurrences). Starting over instead would never
-//! end where one list takes longer than the compaction interval: 10^6 stored events take about ten
-//! minutes on a 2-core machine (docs/BENCHMARKS.md, Failover). A silent watch (a dead connection: no FIN, no RST) is ended by the
-//! client's watch deadline ([`crate::api::client`]), reported as a stall and resumed at once. [`Watch`] does no I/O, so every decision is unit-tested without a server.
+//! A relist happens only on 410 Gone (of the watch, or of a list whose token expired with none
+//! offered); every other interruption resumes from the last resourceVersion seen, bookmarks
+//! included. The shell drops a page or a watch of an earlier generation. Pages are read as they
+//! stream ([`crate::input::list_body`]) and each object is cut ([`crate::input::feed::slim`]) as it
+//! is decoded, watched or listed: what a page or the channel holds of a tenant's 1 MB Event is a few
+//! KB. A silent watch (a dead connection: no FIN, no RST) is ended by the client's watch deadline
+//! ([`crate::api::client`]), reported as a stall and resumed at once. [`Watch`] does no I/O, so every
+//! decision is unit-tested without a server.
 
 use crate::api::client::{self, DeadlineExceeded};
-use crate::input::paging::{self, PageSize};
+use crate::input::feed::slim;
+use crate::input::list_body::{self, Part};
+use crate::input::paging::PageSize;
 use crate::object::not_managed_selector;
 use chrono::{DateTime, Utc};
+use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use kube::api::{Api, ListParams, WatchEvent, WatchParams};
-use kube::core::ObjectList;
 use std::time::Duration;
 
 /// What the watch hands to the operator loop.
@@ -56,9 +86,10 @@ pub enum Step {
     ListStarted {
         relist: bool,
     },
-    /// One object of a list page (in name order, not resourceVersion order).
+    /// One object of a list: its state at the list's snapshot, or a later one the watch alongside
+    /// the list delivered (in no particular order: the engine counts only what a higher count adds).
     Listed(Box<Event>),
-    /// The list is complete at this resourceVersion.
+    /// The list is complete at this resourceVersion: every change up to it was handed on.
     ListDone {
         resource_version: String,
     },
@@ -92,17 +123,21 @@ pub enum State {
         relist: bool,
         /// `ListStarted` was handed on for this list.
         announced: bool,
+        /// Once the first page's head arrived: the watch that runs alongside the list.
+        alongside: Option<Alongside>,
     },
     Watching {
         resource_version: String,
     },
 }
 
-/// The request the shell makes next.
+/// The watch that runs alongside a list.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Request {
-    List { continue_token: Option<String> },
-    Watch { resource_version: String },
+pub struct Alongside {
+    /// The resourceVersion of the list's first page: the list hands on objects at or below it.
+    pub snapshot: String,
+    /// How far the watch has handed on (from `snapshot`).
+    pub watched: String,
 }
 
 /// Why a request or a stream failed, as far as the state machine cares.
@@ -140,6 +175,8 @@ impl Failure {
 pub struct Watch {
     state: State,
     delays: backon::ExponentialBackoff,
+    /// Counts the lists begun: a page or a watch of an earlier one is dropped.
+    generation: u64,
 }
 
 /// Retry delays for failed list or watch requests.
@@ -154,10 +191,19 @@ impl Default for Watch {
                 continue_token: None,
                 relist: false,
                 announced: false,
+                alongside: None,
             },
             delays: backoff(),
+            generation: 0,
         }
     }
+}
+
+/// Whether resourceVersion `rv` is above `than` (both etcd revisions; one that does not parse is
+/// not).
+fn above(rv: Option<&str>, than: &str) -> bool {
+    let parse = |v: &str| v.parse::<u64>().ok();
+    matches!((rv.and_then(parse), parse(than)), (Some(rv), Some(than)) if rv > than)
 }
 
 impl Watch {
@@ -165,94 +211,176 @@ impl Watch {
         &self.state
     }
 
-    pub fn request(&self) -> Request {
+    /// The current list (or the watch that follows it): a page or a watch of another is stale.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// While listing: the continue token of the next page (`None` for the first).
+    pub fn list_request(&self) -> Option<Option<String>> {
         match &self.state {
-            State::Listing { continue_token, .. } => Request::List {
-                continue_token: continue_token.clone(),
-            },
-            State::Watching { resource_version } => Request::Watch {
-                resource_version: resource_version.clone(),
-            },
+            State::Listing { continue_token, .. } => Some(continue_token.clone()),
+            State::Watching { .. } => None,
         }
     }
 
-    /// A list page arrived.
-    pub fn page(&mut self, page: ObjectList<Event>) -> Vec<Step> {
-        let State::Listing {
+    /// Where a watch (re)starts, once there is one to run: from the list's snapshot on, alongside
+    /// the list, then after it.
+    pub fn watch_from(&self) -> Option<String> {
+        match &self.state {
+            State::Listing { alongside, .. } => alongside.as_ref().map(|a| a.watched.clone()),
+            State::Watching { resource_version } => Some(resource_version.clone()),
+        }
+    }
+
+    /// `ListStarted` once per list, before anything else of it.
+    fn announce(&mut self, steps: &mut Vec<Step>) {
+        if let State::Listing {
             relist, announced, ..
-        } = self.state
-        else {
+        } = &mut self.state
+            && !*announced
+        {
+            *announced = true;
+            steps.push(Step::ListStarted { relist: *relist });
+        }
+    }
+
+    /// The metadata before a page's items: the first page's fixes the snapshot, and the watch
+    /// alongside the list can start.
+    pub fn page_head(&mut self, meta: &ListMeta) {
+        if let State::Listing {
+            continue_token: None,
+            alongside: alongside @ None,
+            ..
+        } = &mut self.state
+            && let Some(rv) = meta.resource_version.as_ref().filter(|rv| !rv.is_empty())
+        {
+            *alongside = Some(Alongside {
+                snapshot: rv.clone(),
+                watched: rv.clone(),
+            });
+        }
+    }
+
+    /// One object of a list page.
+    pub fn listed(&mut self, ev: Event) -> Vec<Step> {
+        let State::Listing { alongside, .. } = &self.state else {
             return Vec::new();
         };
+        let later = alongside
+            .as_ref()
+            .is_some_and(|a| above(ev.metadata.resource_version.as_deref(), &a.snapshot));
         self.delays = backoff();
-        let mut steps = Vec::with_capacity(page.items.len() + 2);
-        if !announced {
-            steps.push(Step::ListStarted { relist });
+        let mut steps = Vec::with_capacity(2);
+        self.announce(&mut steps);
+        if !later {
+            steps.push(Step::Listed(Box::new(ev)));
         }
-        steps.extend(page.items.into_iter().map(|ev| Step::Listed(Box::new(ev))));
-        let resource_version = page.metadata.resource_version.unwrap_or_default();
-        self.state = match page.metadata.continue_.filter(|t| !t.is_empty()) {
-            Some(token) => State::Listing {
-                continue_token: Some(token),
-                relist,
-                announced: true,
-            },
-            None => {
-                steps.push(Step::ListDone {
-                    resource_version: resource_version.clone(),
-                });
-                State::Watching { resource_version }
-            }
-        };
         steps
     }
 
-    /// A watch event arrived: `Ok` with the step to hand on, or `Err` with the steps to hand on when
-    /// the stream must be dropped (an error event).
-    pub fn watched(&mut self, event: WatchEvent<Event>) -> Result<Step, Vec<Step>> {
-        let (step, resource_version) = match event {
+    /// A list page was read to its end.
+    pub fn page_end(&mut self, meta: ListMeta) -> Vec<Step> {
+        if !matches!(self.state, State::Listing { .. }) {
+            return Vec::new();
+        }
+        self.page_head(&meta);
+        self.delays = backoff();
+        let mut steps = Vec::with_capacity(2);
+        self.announce(&mut steps);
+        let State::Listing {
+            continue_token,
+            alongside,
+            ..
+        } = &mut self.state
+        else {
+            return steps;
+        };
+        match meta.continue_.filter(|t| !t.is_empty()) {
+            Some(token) => *continue_token = Some(token),
+            None => {
+                let resource_version = match alongside.take() {
+                    Some(a) => a.watched,
+                    None => meta.resource_version.unwrap_or_default(),
+                };
+                steps.push(Step::ListDone {
+                    resource_version: resource_version.clone(),
+                });
+                self.state = State::Watching { resource_version };
+            }
+        }
+        steps
+    }
+
+    /// A watch event arrived: `Ok` with the steps to hand on, or `Err` with the steps to hand on
+    /// when the stream must be dropped (an error event).
+    pub fn watched(&mut self, event: WatchEvent<Event>) -> Result<Vec<Step>, Vec<Step>> {
+        let (steps, resource_version) = match event {
             WatchEvent::Added(ev) | WatchEvent::Modified(ev) => {
                 let rv = ev.metadata.resource_version.clone();
-                (Step::Applied(Box::new(ev)), rv)
+                (vec![self.changed(ev)], rv)
             }
             WatchEvent::Deleted(ev) => {
                 let rv = ev.metadata.resource_version.clone();
-                (Step::Deleted(Box::new(ev)), rv)
+                let mut steps = Vec::with_capacity(2);
+                if matches!(self.state, State::Listing { .. }) {
+                    // Its last state may be all the list will ever see of it.
+                    steps.push(Step::Listed(Box::new(ev.clone())));
+                }
+                steps.push(Step::Deleted(Box::new(ev)));
+                (steps, rv)
             }
             WatchEvent::Bookmark(b) => {
                 let rv = b.metadata.resource_version;
-                (
-                    Step::Bookmark {
+                let steps = match self.state {
+                    State::Watching { .. } => vec![Step::Bookmark {
                         resource_version: rv.clone(),
-                    },
-                    Some(rv),
-                )
+                    }],
+                    // Within a list, the list's end is its checkpoint.
+                    State::Listing { .. } => Vec::new(),
+                };
+                (steps, Some(rv))
             }
             WatchEvent::Error(s) if s.code == 410 => return Err(self.stream_failed(Failure::Gone)),
             WatchEvent::Error(s) => {
                 return Err(self.stream_failed(Failure::Other(format!("{s:?}"))));
             }
         };
-        if let (
-            State::Watching {
-                resource_version: at,
-            },
-            Some(rv),
-        ) = (&mut self.state, resource_version)
-        {
-            *at = rv;
+        if let Some(rv) = resource_version {
+            self.advance(rv);
         }
-        Ok(step)
+        Ok(steps)
+    }
+
+    /// An added or modified object: applied, or, within a list, one more listed state.
+    fn changed(&self, ev: Event) -> Step {
+        match self.state {
+            State::Watching { .. } => Step::Applied(Box::new(ev)),
+            State::Listing { .. } => Step::Listed(Box::new(ev)),
+        }
+    }
+
+    /// The watch has handed on everything up to `rv`.
+    fn advance(&mut self, rv: String) {
+        match &mut self.state {
+            State::Watching { resource_version } => *resource_version = rv,
+            State::Listing {
+                alongside: Some(a), ..
+            } => a.watched = rv,
+            State::Listing { .. } => {}
+        }
     }
 
     /// The watch stream ended without an error: watch again from the last resourceVersion. `full`:
-    /// it lasted its whole timeout, the server ended it on schedule. An early end (a server that
-    /// went away, a proxy that cut it) is retried after a delay, like a failure, so that a server
-    /// ending watches at once cannot make the watch spin.
+    /// it lasted its whole timeout, the server ended it on schedule (within a list that proves
+    /// nothing: the list is not complete). An early end (a server that went away, a proxy that cut
+    /// it) is retried after a delay, like a failure, so that a server ending watches at once cannot
+    /// make the watch spin.
     pub fn ended(&mut self, full: bool) -> Vec<Step> {
         if full {
             self.delays = backoff();
-            return vec![Step::Restarted { clean: true }];
+            let clean = matches!(self.state, State::Watching { .. });
+            return vec![Step::Restarted { clean }];
         }
         let mut steps = self.request_failed(Failure::Other("the watch ended early".into()));
         steps.push(Step::Restarted { clean: false });
@@ -261,8 +389,9 @@ impl Watch {
 
     /// The watch stream broke off.
     pub fn stream_failed(&mut self, failure: Failure) -> Vec<Step> {
+        let generation = self.generation;
         let mut steps = self.request_failed(failure);
-        if matches!(self.state, State::Watching { .. }) {
+        if self.generation == generation {
             steps.push(Step::Restarted { clean: false });
         }
         steps
@@ -277,12 +406,13 @@ impl Watch {
                     ..
                 } = &mut self.state
                 {
-                    // Not a snapshot any more, but it ends; see the module docs.
+                    // What the offered token serves above the snapshot, the watch brings.
                     *token = Some(offered);
                     return vec![Step::Failed {
                         error:
                             "continue token expired (etcd compacted the list's snapshot); going \
-                                on from the token the API server offered"
+                                on from the token the API server offered, the watch alongside \
+                                bringing what changed since"
                                 .into(),
                         retry_in: Duration::ZERO,
                     }];
@@ -290,7 +420,7 @@ impl Watch {
                 self.request_failed(Failure::Gone)
             }
             Failure::Gone => {
-                // Within a list whose continue token expired, `ListStarted` was already handed on.
+                // Within a list, `ListStarted` was already handed on.
                 let announced = matches!(
                     self.state,
                     State::Listing {
@@ -302,7 +432,9 @@ impl Watch {
                     continue_token: None,
                     relist: true,
                     announced,
+                    alongside: None,
                 };
+                self.generation += 1;
                 Vec::new()
             }
             // The connection died, not the server: a new one at once.
@@ -323,8 +455,8 @@ impl Watch {
 /// `bookmarks` sets `allowWatchBookmarks`; the operator always asks for them, only the bookmark
 /// benchmark (`event-series run --no-watch-bookmarks`, hidden) turns them off.
 ///
-/// List pages are sized by `pages` ([`crate::input::paging`]), so that Events carrying 1 MB messages
-/// cannot make one page hundreds of MB.
+/// List pages are read as they stream, one object at a time ([`crate::input::list_body`]), and
+/// sized by `pages` ([`crate::input::paging`]) so that one response does not take long to arrive.
 pub fn raw_events(
     api: Api<Event>,
     watch_timeout_secs: u32,
@@ -389,7 +521,36 @@ impl Step {
 type Closed = tokio::sync::mpsc::error::SendError<Received>;
 type Sender = tokio::sync::mpsc::Sender<Received>;
 
-/// Performs the requests [`Watch`] asks for and hands its steps on.
+/// A page of a list in flight, and the watch stream, each of the generation it was made for (the
+/// watch also tagged with whether it runs alongside a list).
+type PageStream = (u64, BoxStream<'static, kube::Result<Part<Event>>>);
+type WatchStream = ((u64, bool), BoxStream<'static, Watched>);
+
+/// How long the watch alongside a list asks to last (`timeoutSeconds`). Resumed within a list, it
+/// would start from where it got to, and in a scope where nothing changed that version may be
+/// compacted already (410 Gone: the list starts over); asked to outlast the list, it need not be.
+/// Once the list is complete it is replaced by a watch of `--watch-timeout`.
+const ALONGSIDE_SECONDS: u32 = 3600;
+
+/// What the watch stream brings the shell.
+enum Watched {
+    /// The watch request failed.
+    Refused(kube::Error),
+    Event(Box<kube::Result<WatchEvent<Event>>>),
+    /// The stream ended without an error; `full`: it lasted its whole timeout.
+    Ended {
+        full: bool,
+    },
+}
+
+/// What the shell waits for: the next part of a page, or of the watch.
+enum Input {
+    Page(Option<kube::Result<Part<Event>>>),
+    Watch(Option<Watched>),
+}
+
+/// Performs the requests [`Watch`] asks for (a page and the watch at once, while listing) and
+/// hands its steps on.
 async fn drive(
     api: Api<Event>,
     tx: Sender,
@@ -402,63 +563,145 @@ async fn drive(
     let timeout = watch_timeout_secs.max(1);
     // When the current list's first page was asked for.
     let mut snapshot = Utc::now();
+    let mut page: Option<PageStream> = None;
+    let mut stream: Option<WatchStream> = None;
+    // The largest object of the page being read.
+    let mut largest = 0;
     loop {
-        let steps = match watch.request() {
-            Request::List { continue_token } => {
-                if continue_token.is_none() {
+        let generation = watch.generation();
+        let alongside = matches!(watch.state(), State::Listing { .. });
+        page = page.filter(|(g, _)| *g == generation);
+        stream = stream.filter(|(tag, _)| *tag == (generation, alongside));
+        if page.is_none()
+            && let Some(token) = watch.list_request()
+        {
+            let mut lp = ListParams::default().labels(&selector);
+            match token {
+                Some(token) => lp = lp.continue_token(&token),
+                None => {
                     pages.restart();
-                }
-                let mut lp = ListParams::default().labels(&selector).limit(pages.limit());
-                match &continue_token {
-                    Some(token) => lp = lp.continue_token(token),
-                    None => snapshot = Utc::now(),
-                }
-                match api.list(&lp).await {
-                    Ok(page) => {
-                        pages.measured(paging::largest(&page.items));
-                        watch.page(page)
-                    }
-                    Err(e) => watch.request_failed(Failure::of(&e)),
+                    snapshot = Utc::now();
                 }
             }
-            Request::Watch { resource_version } => {
-                let mut wp = WatchParams::default().labels(&selector).timeout(timeout);
-                wp.bookmarks = bookmarks;
-                match api.watch(&wp, &resource_version).await {
-                    Ok(stream) => {
-                        let lasts = Duration::from_secs(timeout.into());
-                        follow(&tx, &mut watch, stream.boxed(), lasts).await?
-                    }
-                    Err(e) => watch.request_failed(Failure::of(&e)),
-                }
-            }
+            largest = 0;
+            page = Some((generation, list_body::page(&api, &lp.limit(pages.limit()))));
+        }
+        if stream.is_none()
+            && let Some(rv) = watch.watch_from()
+        {
+            let lasts = if alongside {
+                ALONGSIDE_SECONDS
+            } else {
+                timeout
+            };
+            let mut wp = WatchParams::default().labels(&selector).timeout(lasts);
+            wp.bookmarks = bookmarks;
+            stream = Some(((generation, alongside), open(api.clone(), wp, rv)));
+        }
+        let input = tokio::select! {
+            part = next(&mut page) => Input::Page(part),
+            watched = next(&mut stream) => Input::Watch(watched),
+        };
+        let steps = match input {
+            Input::Page(part) => on_page(&mut watch, &mut page, part, (&mut pages, &mut largest)),
+            Input::Watch(watched) => on_watch(&mut watch, &mut stream, watched),
         };
         hand_on(&tx, steps, snapshot).await?;
     }
 }
 
-/// Forwards one watch response until it ends; returns the steps that close it. `lasts`: how long
-/// the server keeps it open.
-async fn follow(
-    tx: &Sender,
+/// The next item of `stream`; never, without one.
+async fn next<G, T>(stream: &mut Option<(G, BoxStream<'static, T>)>) -> Option<T> {
+    match stream {
+        Some((_, s)) => s.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// One part of the page being read; the page is dropped at its end or failure, and the next page
+/// is sized by the largest object read (of a failed page too, which is asked for again smaller).
+fn on_page(
     watch: &mut Watch,
-    mut stream: futures::stream::BoxStream<'_, kube::Result<WatchEvent<Event>>>,
-    lasts: Duration,
-) -> Result<Vec<Step>, Closed> {
-    let opened = tokio::time::Instant::now();
-    while let Some(item) = stream.next().await {
-        let step = match item {
-            Ok(event) => watch.watched(event),
-            Err(e) => Err(watch.stream_failed(Failure::of(&e))),
-        };
-        match step {
-            Ok(step) => tx.send((step, Utc::now())).await?,
-            Err(closing) => return Ok(closing),
+    page: &mut Option<PageStream>,
+    part: Option<kube::Result<Part<Event>>>,
+    (pages, largest): (&mut PageSize, &mut usize),
+) -> Vec<Step> {
+    match part {
+        Some(Ok(Part::Head(meta))) => {
+            watch.page_head(&meta);
+            Vec::new()
+        }
+        Some(Ok(Part::Item(ev, bytes))) => {
+            *largest = (*largest).max(bytes);
+            watch.listed(slim(*ev))
+        }
+        Some(Ok(Part::End(meta))) => {
+            *page = None;
+            pages.measured(*largest);
+            watch.page_end(meta)
+        }
+        Some(Err(e)) => {
+            *page = None;
+            if *largest > 0 {
+                pages.measured(*largest);
+            }
+            watch.request_failed(Failure::of(&e))
+        }
+        None => {
+            *page = None;
+            watch.request_failed(Failure::Other("the list page ended without its end".into()))
         }
     }
-    // The server ends a watch on time, give or take its scheduling.
-    let full = opened.elapsed() + Duration::from_secs(1) >= lasts;
-    Ok(watch.ended(full))
+}
+
+/// One part of the watch stream; the stream is dropped when it ends or fails.
+fn on_watch(
+    watch: &mut Watch,
+    stream: &mut Option<WatchStream>,
+    watched: Option<Watched>,
+) -> Vec<Step> {
+    let closing = match watched {
+        Some(Watched::Event(event)) => match *event {
+            Ok(event) => watch.watched(slim_event(event)),
+            Err(e) => Err(watch.stream_failed(Failure::of(&e))),
+        },
+        Some(Watched::Refused(e)) => Err(watch.request_failed(Failure::of(&e))),
+        Some(Watched::Ended { full }) => Err(watch.ended(full)),
+        None => Err(watch.ended(false)),
+    };
+    closing.unwrap_or_else(|steps| {
+        *stream = None;
+        steps
+    })
+}
+
+/// A watch event with its object cut as it arrives ([`slim`]).
+fn slim_event(event: WatchEvent<Event>) -> WatchEvent<Event> {
+    match event {
+        WatchEvent::Added(ev) => WatchEvent::Added(slim(ev)),
+        WatchEvent::Modified(ev) => WatchEvent::Modified(slim(ev)),
+        WatchEvent::Deleted(ev) => WatchEvent::Deleted(slim(ev)),
+        other => other,
+    }
+}
+
+/// The watch from `rv`, as a stream that also says how it was refused or ended.
+fn open(api: Api<Event>, wp: WatchParams, rv: String) -> BoxStream<'static, Watched> {
+    let lasts = Duration::from_secs(wp.timeout.unwrap_or(0).into());
+    let opened = tokio::time::Instant::now();
+    futures::stream::once(async move { api.watch(&wp, &rv).await })
+        .flat_map(move |answer| match answer {
+            Ok(events) => events
+                .map(|event| Watched::Event(Box::new(event)))
+                .chain(futures::stream::once(async move {
+                    // The server ends a watch on time, give or take its scheduling.
+                    let full = opened.elapsed() + Duration::from_secs(1) >= lasts;
+                    Watched::Ended { full }
+                }))
+                .left_stream(),
+            Err(e) => futures::stream::iter([Watched::Refused(e)]).right_stream(),
+        })
+        .boxed()
 }
 
 /// Sends steps in order, waiting out the delay of a [`Step::Failed`] before the next request. A
@@ -484,8 +727,8 @@ async fn hand_on(tx: &Sender, steps: Vec<Step>, snapshot: DateTime<Utc>) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, ObjectMeta};
-    use kube::core::{Status, TypeMeta};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use kube::core::Status;
 
     fn event(name: &str, rv: &str) -> Event {
         Event {
@@ -498,16 +741,24 @@ mod tests {
         }
     }
 
-    fn page(names: &[&str], continue_token: Option<&str>, rv: &str) -> ObjectList<Event> {
-        ObjectList {
-            types: TypeMeta::default(),
-            metadata: ListMeta {
-                continue_: continue_token.map(str::to_owned),
-                resource_version: Some(rv.into()),
-                ..Default::default()
-            },
-            items: names.iter().map(|n| event(n, "1")).collect(),
+    fn meta(continue_token: Option<&str>, rv: &str) -> ListMeta {
+        ListMeta {
+            continue_: continue_token.map(str::to_owned),
+            resource_version: Some(rv.into()),
+            ..Default::default()
         }
+    }
+
+    /// A page as the shell reads it: its head, each item (`name` or `name@rv`), its end.
+    fn page(w: &mut Watch, items: &[&str], continue_token: Option<&str>, rv: &str) -> Vec<Step> {
+        w.page_head(&meta(continue_token, rv));
+        let mut steps = Vec::new();
+        for item in items {
+            let (name, at) = item.split_once('@').unwrap_or((item, "1"));
+            steps.extend(w.listed(event(name, at)));
+        }
+        steps.extend(w.page_end(meta(continue_token, rv)));
+        steps
     }
 
     fn bookmark(rv: &str) -> WatchEvent<Event> {
@@ -549,66 +800,92 @@ mod tests {
         }
     }
 
+    /// A watch that has listed everything (an empty list at `rv`).
+    fn listed_at(rv: &str) -> Watch {
+        let mut w = Watch::default();
+        page(&mut w, &[], None, rv);
+        w
+    }
+
     #[test]
     fn pages_continue_then_watch_from_the_list_version() {
         let mut w = Watch::default();
+        assert_eq!(w.list_request(), Some(None));
         assert_eq!(
-            w.request(),
-            Request::List {
-                continue_token: None
-            }
+            w.watch_from(),
+            None,
+            "no watch before the snapshot is known"
         );
-        let steps = w.page(page(&["a", "b"], Some("abc"), "10"));
+        let steps = page(&mut w, &["a", "b"], Some("abc"), "10");
         assert_eq!(
             kinds(&steps),
             ["ListStarted{relist:false}", "Listed(a)", "Listed(b)"]
         );
+        assert_eq!(w.list_request(), Some(Some("abc".into())));
+        assert_eq!(w.watch_from().as_deref(), Some("10"), "alongside the list");
+        let steps = page(&mut w, &["c"], None, "10");
+        assert_eq!(kinds(&steps), ["Listed(c)", "ListDone(10)"]);
+        assert_eq!(w.list_request(), None);
+        assert_eq!(w.watch_from().as_deref(), Some("10"));
+        // An empty list is a list too.
+        let mut w = Watch::default();
+        let steps = page(&mut w, &[], None, "12");
+        assert_eq!(kinds(&steps), ["ListStarted{relist:false}", "ListDone(12)"]);
+    }
+
+    /// What the watch brings while the list runs is handed on as listed, bookmarks only move it
+    /// on, and the list ends at the version the watch has reached.
+    #[test]
+    fn the_watch_alongside_a_list_hands_on_changes_as_listed_and_the_list_ends_where_it_is() {
+        let mut w = Watch::default();
+        page(&mut w, &["a"], Some("x"), "10");
+        let steps = w.watched(WatchEvent::Modified(event("a", "11"))).unwrap();
+        assert_eq!(kinds(&steps), ["Listed(a)"]);
+        let steps = w.watched(WatchEvent::Added(event("z", "12"))).unwrap();
+        assert_eq!(kinds(&steps), ["Listed(z)"]);
+        let steps = w.watched(WatchEvent::Deleted(event("q", "13"))).unwrap();
         assert_eq!(
-            w.request(),
-            Request::List {
-                continue_token: Some("abc".into())
-            }
+            kinds(&steps),
+            ["Listed(q)", "Deleted(q)"],
+            "its last state, which the list may never show"
         );
-        let steps = w.page(page(&["c"], None, "12"));
-        assert_eq!(kinds(&steps), ["Listed(c)", "ListDone(12)"]);
-        assert_eq!(
-            w.request(),
-            Request::Watch {
-                resource_version: "12".into()
-            }
+        assert!(
+            w.watched(bookmark("15")).unwrap().is_empty(),
+            "no checkpoint"
         );
+        assert_eq!(w.watch_from().as_deref(), Some("15"));
+        // The watch ends at its timeout: resumed from where it was, proving nothing.
+        assert_eq!(kinds(&w.ended(true)), ["Restarted"]);
+        assert_eq!(w.watch_from().as_deref(), Some("15"));
+        let steps = page(&mut w, &["b"], None, "10");
+        assert_eq!(kinds(&steps), ["Listed(b)", "ListDone(15)"]);
+        assert_eq!(watching(&w), Some("15"));
+        let steps = w.watched(WatchEvent::Modified(event("b", "16"))).unwrap();
+        assert_eq!(kinds(&steps), ["Applied(b)"]);
     }
 
     #[test]
     fn bookmarks_and_events_advance_the_resume_point() {
-        let mut w = Watch::default();
-        w.page(page(&[], None, "12"));
-        let step = w.watched(WatchEvent::Added(event("a", "30"))).unwrap();
-        assert_eq!(kinds(&[step]), ["Applied(a)"]);
+        let mut w = listed_at("12");
+        let steps = w.watched(WatchEvent::Added(event("a", "30"))).unwrap();
+        assert_eq!(kinds(&steps), ["Applied(a)"]);
         assert_eq!(watching(&w), Some("30"));
-        let step = w.watched(bookmark("40")).unwrap();
-        assert_eq!(kinds(&[step]), ["Bookmark(40)"]);
+        let steps = w.watched(bookmark("40")).unwrap();
+        assert_eq!(kinds(&steps), ["Bookmark(40)"]);
         assert_eq!(watching(&w), Some("40"));
-        let step = w.watched(WatchEvent::Deleted(event("a", "41"))).unwrap();
-        assert_eq!(kinds(&[step]), ["Deleted(a)"]);
-        assert_eq!(
-            w.request(),
-            Request::Watch {
-                resource_version: "41".into()
-            }
-        );
+        let steps = w.watched(WatchEvent::Deleted(event("a", "41"))).unwrap();
+        assert_eq!(kinds(&steps), ["Deleted(a)"]);
+        assert_eq!(w.watch_from().as_deref(), Some("41"));
     }
 
     #[test]
     fn a_dropped_watch_resumes_without_relisting() {
-        let mut w = Watch::default();
-        w.page(page(&[], None, "12"));
+        let mut w = listed_at("12");
         w.watched(bookmark("40")).unwrap();
         // The server closed the stream at its timeout.
         assert_eq!(kinds(&w.ended(true)), ["Ended"]);
         // A stream that ends early (the server went away) is retried after a delay, not at once.
         assert_eq!(kinds(&w.ended(false)), ["Failed", "Restarted"]);
-        assert_eq!(watching(&w), Some("40"));
         assert_eq!(watching(&w), Some("40"));
         // The connection broke.
         let steps = w.stream_failed(Failure::Other("reset".into()));
@@ -622,12 +899,12 @@ mod tests {
         let steps = w.watched(error(500)).unwrap_err();
         assert_eq!(kinds(&steps), ["Failed", "Restarted"]);
         assert_eq!(watching(&w), Some("40"));
+        assert_eq!(w.generation(), 0, "no relist");
     }
 
     #[test]
     fn a_silent_watch_is_a_stall_resumed_at_once_from_the_last_version() {
-        let mut w = Watch::default();
-        w.page(page(&[], None, "12"));
+        let mut w = listed_at("12");
         w.watched(WatchEvent::Added(event("a", "30"))).unwrap();
         w.watched(bookmark("44")).unwrap();
         // What the client's watch deadline makes of a silent stream, as kube's watch stream hands it on.
@@ -642,12 +919,7 @@ mod tests {
             ["Stalled", "Restarted"],
             "no wait, no relist"
         );
-        assert_eq!(
-            w.request(),
-            Request::Watch {
-                resource_version: "44".into()
-            }
-        );
+        assert_eq!(w.watch_from().as_deref(), Some("44"));
         // A request that got no answer in time is an ordinary failure, retried after a delay.
         let answer = kube::Error::Service(Box::new(DeadlineExceeded::Answer));
         assert!(matches!(Failure::of(&answer), Failure::Other(_)));
@@ -660,19 +932,15 @@ mod tests {
             |w: &mut Watch| w.stream_failed(Failure::Gone),
             |w: &mut Watch| w.request_failed(Failure::Gone),
         ] {
-            let mut w = Watch::default();
-            w.page(page(&[], None, "12"));
+            let mut w = listed_at("12");
             assert!(
                 gone(&mut w).is_empty(),
                 "no step until the relist's first page"
             );
-            assert_eq!(
-                w.request(),
-                Request::List {
-                    continue_token: None
-                }
-            );
-            let steps = w.page(page(&["a"], None, "90"));
+            assert_eq!(w.generation(), 1, "the old watch is dropped");
+            assert_eq!(w.list_request(), Some(None));
+            assert_eq!(w.watch_from(), None);
+            let steps = page(&mut w, &["a"], None, "90");
             assert_eq!(
                 kinds(&steps),
                 ["ListStarted{relist:true}", "Listed(a)", "ListDone(90)"]
@@ -680,30 +948,42 @@ mod tests {
         }
     }
 
+    /// The watch alongside a list gets 410 (its snapshot was compacted before it started): the list
+    /// starts over, once announced.
+    #[test]
+    fn a_gone_watch_alongside_a_list_starts_the_list_over() {
+        let mut w = Watch::default();
+        page(&mut w, &["a"], Some("x"), "10");
+        assert!(w.watched(error(410)).unwrap_err().is_empty());
+        assert_eq!(w.generation(), 1);
+        assert_eq!(w.list_request(), Some(None));
+        assert_eq!(w.watch_from(), None);
+        let steps = page(&mut w, &["a"], None, "20");
+        assert_eq!(kinds(&steps), ["Listed(a)", "ListDone(20)"]);
+    }
+
     #[test]
     fn a_failed_page_is_retried_not_restarted() {
         let mut w = Watch::default();
-        w.page(page(&["a"], Some("x"), "10"));
+        page(&mut w, &["a"], Some("x"), "10");
         let steps = w.request_failed(Failure::Other("timeout".into()));
         assert_eq!(kinds(&steps), ["Failed"]);
-        assert_eq!(
-            w.request(),
-            Request::List {
-                continue_token: Some("x".into())
-            }
-        );
-        // An expired continue token restarts the list; it was announced already.
+        assert_eq!(w.list_request(), Some(Some("x".into())));
+        assert_eq!(w.generation(), 0, "the watch alongside goes on");
+        // An expired continue token with none offered restarts the list; it was announced already.
         w.request_failed(Failure::Gone);
-        let steps = w.page(page(&["a"], None, "20"));
+        let steps = page(&mut w, &["a"], None, "20");
         assert_eq!(kinds(&steps), ["Listed(a)", "ListDone(20)"]);
     }
 
     /// A list that outlives etcd's compaction goes on from the offered token instead of starting
-    /// over (which would never end), and the watch starts at the version of its last page.
+    /// over (which would never end). What that token serves above the snapshot is left to the
+    /// watch alongside, which brings it, and the list ends where the watch is, not at the version
+    /// of its last page: nothing counts as processed that was not handed on.
     #[test]
-    fn an_expired_continue_token_goes_on_from_the_offered_one() {
+    fn an_expired_continue_token_goes_on_from_the_offered_one_and_loses_nothing() {
         let mut w = Watch::default();
-        w.page(page(&["a"], Some("x"), "10"));
+        page(&mut w, &["a@9"], Some("x"), "10");
         let expired =
             kube::Error::Api(Status::failure("too old", "Expired").with_code(410).boxed());
         let mut status = match expired {
@@ -727,28 +1007,32 @@ mod tests {
             "{:?}",
             kinds(&steps)
         );
+        assert_eq!(w.list_request(), Some(Some("y".into())));
+        // `a` changed at 12 (the watch brings it); `b` at 25 is served by the offered token.
+        let steps = w.watched(WatchEvent::Modified(event("a", "12"))).unwrap();
+        assert_eq!(kinds(&steps), ["Listed(a)"]);
+        let steps = page(&mut w, &["b@25", "c@8"], None, "30");
         assert_eq!(
-            w.request(),
-            Request::List {
-                continue_token: Some("y".into())
-            }
+            kinds(&steps),
+            ["Listed(c)", "ListDone(12)"],
+            "b is left to the watch; the list ends where the watch is"
         );
-        let steps = w.page(page(&["b"], None, "30"));
-        assert_eq!(kinds(&steps), ["Listed(b)", "ListDone(30)"], "no relist");
-        assert_eq!(
-            w.request(),
-            Request::Watch {
-                resource_version: "30".into()
-            }
-        );
+        assert_eq!(w.watch_from().as_deref(), Some("12"));
+        let steps = w.watched(WatchEvent::Modified(event("b", "25"))).unwrap();
+        assert_eq!(kinds(&steps), ["Applied(b)"]);
         // Watching, an offered token means nothing: a relist.
         assert!(w.request_failed(failure).is_empty());
-        assert_eq!(
-            w.request(),
-            Request::List {
-                continue_token: None
-            }
-        );
+        assert_eq!(w.list_request(), Some(None));
+    }
+
+    #[test]
+    fn versions_compare_as_numbers_and_others_are_kept() {
+        assert!(above(Some("100"), "99"));
+        assert!(!above(Some("99"), "100"));
+        assert!(!above(Some("10"), "10"));
+        assert!(!above(None, "10"));
+        assert!(!above(Some("x"), "10"));
+        assert!(!above(Some("11"), "y"));
     }
 
     #[test]
@@ -764,7 +1048,7 @@ mod tests {
             later = delay(w.request_failed(Failure::Other("x".into())));
         }
         assert!(later > first, "{later:?} after {first:?}");
-        w.page(page(&[], None, "5"));
+        page(&mut w, &[], None, "5");
         let after_progress = delay(w.request_failed(Failure::Other("x".into())));
         assert!(after_progress < later, "{after_progress:?} vs {later:?}");
         assert_eq!(

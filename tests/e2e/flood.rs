@@ -222,3 +222,94 @@ async fn sixty_thousand_events_at_every_limit_stay_under_the_memory_limit() -> R
     drop((quiet, flood, cluster));
     Ok(())
 }
+
+/// The memory limit of the operator's container in the Deployment `config/default` installs, in KiB.
+fn deployment_limit_kib() -> Result<u64> {
+    let path = event_series_test_support::repo_root().join("config/manager/deployment.yaml");
+    let text = std::fs::read_to_string(&path)?;
+    let mut lines = text.lines().skip_while(|l| l.trim() != "limits:");
+    let memory = lines
+        .find_map(|l| l.trim().strip_prefix("memory:"))
+        .with_context(|| format!("no memory limit in {}", path.display()))?
+        .trim();
+    let mib: u64 = memory
+        .strip_suffix("Mi")
+        .with_context(|| format!("a memory limit in Mi, not {memory}"))?
+        .parse()?;
+    Ok(mib * 1024)
+}
+
+/// Input, sizes: pages are bounded by bytes, not by counts. One small raw Event in a namespace
+/// sorted first, 350 of 1.4 MB in the next; there, too, a small look-alike of a series object
+/// sorted before 100 large ones (read by the restore's list of its own objects). An operator
+/// starting on them (a restart: every one is listed) stays under the Deployment's memory limit
+/// (peak RSS, VmHWM) and counts the small loop. Before, the page after the small Event was sized
+/// by it (1 MiB / 1 KB, capped at 500 objects): about 700 MB asked for at once.
+#[tokio::test]
+async fn one_small_event_before_hundreds_of_large_ones_keeps_a_restart_under_the_memory_limit()
+-> Result<()> {
+    use event_series_test_support::cluster::ensure_namespace;
+    use event_series_test_support::raw::{create_all, kubelet_backoff, operators_own};
+    const LARGE: usize = 350;
+    const LOOK_ALIKES: usize = 100;
+    const MESSAGE: usize = 1_400_000;
+    let limit = deployment_limit_kib()?;
+    let cluster = Dedicated::start("pages", &[])?;
+    let kc = cluster.kubeconfig.as_path();
+    let admin = client_for(kc).await?;
+    let (first, next) = ("pages-a", "pages-b");
+    for ns in [first, next] {
+        ensure_namespace(&admin, ns).await?;
+    }
+    let small: Api<CoreEvent> = Api::namespaced(admin.clone(), first);
+    small
+        .create(
+            &PostParams::default(),
+            &kubelet_backoff(first, "web.raw", "web", 2),
+        )
+        .await?;
+    let text = "m".repeat(MESSAGE);
+    let large = |i: usize, own: bool| {
+        let pod = format!("big-{i:03}");
+        let regarding = app_container(next, &pod, format!("uid-{i}"));
+        let seen = Occurrences::at(1, Timestamp::now());
+        let name = if own {
+            format!("own-{i:03}")
+        } else {
+            format!("{pod}.raw")
+        };
+        let mut ev = kubelet(next, &name, regarding, "BackOff", text.clone(), seen);
+        if own {
+            ev.metadata.labels = Some(operators_own());
+        }
+        ev
+    };
+    let api: Api<CoreEvent> = Api::namespaced(admin.clone(), next);
+    let mut look_alike = kubelet_backoff(next, "a-own", "web", 2);
+    look_alike.metadata.labels = Some(operators_own());
+    api.create(&PostParams::default(), &look_alike).await?;
+    create_all(&api, (0..LOOK_ALIKES).map(|i| large(i, true)), 4).await?;
+    create_all(&api, (0..LARGE).map(|i| large(i, false)), 4).await?;
+    let op = OPERATOR.launch(kc, &format!("pages-{}", std::process::id()), &[])?;
+    wait_for_within(
+        &admin,
+        first,
+        Duration::from_secs(120),
+        "the small loop's series",
+        |objs| objs.len() == 1 && count(&objs[0]) == 2,
+    )
+    .await?;
+    let peak = peak_kib(&op)?;
+    println!(
+        "one small event before {LARGE} of {MESSAGE} bytes ({LOOK_ALIKES} large look-alikes): \
+         peak {peak} KiB after a restart; the Deployment's limit {limit} KiB"
+    );
+    ensure!(
+        peak < limit,
+        "peak RSS {peak} KiB after a restart: over the Deployment's limit of {limit} KiB (log {})",
+        op.log.display()
+    );
+    drop(op);
+    drop(cluster);
+    Ok(())
+}

@@ -247,6 +247,139 @@ async fn the_first_list_of_raw_events_outlives_its_continue_tokens() -> Result<(
     Ok(())
 }
 
+/// Input: no list loses an occurrence. 1,500 stored raw events listed one per page through 50 ms of
+/// latency each way, on a cluster whose etcd is compacted every 20 s while other writes go on, so
+/// the list outlives its continue tokens. A loop of 6 occurrences, whose series a first operator
+/// wrote, is listed on the first page by the operator restarted after it, goes on during the list
+/// (4 more, 20 s apart) and then stops: its one series ends Finished with 10.
+/// Before, the list went on at the current resourceVersion from the token the API server offered
+/// and the watch started after it: the 4 were never seen, and the series ended Finished with 6.
+#[tokio::test]
+async fn a_loop_that_goes_on_during_a_list_outliving_its_tokens_keeps_every_occurrence()
+-> Result<()> {
+    use event_series_test_support::raw::{Occurrences, app_container, create_all, kubelet};
+    const FILLER: usize = 1_500;
+    let cluster = Dedicated::start(
+        "list-loss",
+        &[("APISERVER_EXTRA_ARGS", "--etcd-compaction-interval=20s")],
+    )?;
+    let client = client_for(&cluster.kubeconfig).await?;
+    let ns = "list-loss";
+    ensure_namespace(&client, ns).await?;
+    let api: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), ns);
+    // One occurrence each: no series, no write; listed after the loop (names sort after it).
+    let filler = (0..FILLER).map(|i| {
+        let pod = format!("f-{i:05}");
+        let regarding = app_container(ns, &pod, format!("uid-{i}"));
+        let seen = Occurrences::at(1, Timestamp::now());
+        kubelet(
+            ns,
+            &format!("{pod}.raw"),
+            regarding,
+            "Pulled",
+            "pulled".into(),
+            seen,
+        )
+    });
+    create_all(&api, filler, 16).await?;
+    let now = Timestamp::now();
+    let looping = kubelet(
+        ns,
+        "a-loop.raw",
+        app_container(ns, "web", "uid-web".into()),
+        "BackOff",
+        "Back-off restarting failed container".into(),
+        Occurrences {
+            count: 6,
+            first: now - Duration::from_secs(10),
+            last: now,
+        },
+    );
+    api.create(&PostParams::default(), &looping).await?;
+    let flags = [
+        "--namespace",
+        ns,
+        "--list-page-bytes",
+        "1",
+        "--finish-after",
+        "60s",
+        "--series-window",
+        "60s",
+    ];
+    // A first operator writes the loop's series at 6; the one restarted after it lists slowly.
+    let first_flags: Vec<&str> = flags[..2].iter().chain(&flags[4..]).copied().collect();
+    let first_log = format!("list-loss-first-{}", std::process::id());
+    let first = OPERATOR.launch(&cluster.kubeconfig, &first_log, &first_flags)?;
+    crate::operator::wait_for_within(
+        &client,
+        ns,
+        Duration::from_secs(30),
+        "the loop's series at 6",
+        |objs| objs.len() == 1 && crate::operator::count(&objs[0]) == 6,
+    )
+    .await?;
+    first.kill9()?;
+    let proxy = FaultProxy::start(apiserver_addr(&cluster.kubeconfig)?).await?;
+    proxy.set_latency(Duration::from_millis(50));
+    let kc = kubeconfig_through(
+        &cluster.kubeconfig,
+        proxy.addr(),
+        &repo_root().join("target/e2e-logs/list-loss.proxy.kubeconfig"),
+    )?;
+    let churn = tokio::spawn(churn(client.clone(), ns.to_owned()));
+    let log = format!("list-loss-{}", std::process::id());
+    let mut op = OPERATOR.spawn(&kc, &log, &flags)?;
+    let started = Instant::now();
+    for n in 7..=10 {
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        if logged_at(&op, "recovered; watching").is_some() {
+            churn.abort();
+            bail!(
+                "the list ended before occurrence {n}: the test proves nothing (log {})",
+                op.log.display()
+            );
+        }
+        api.patch(
+            "a-loop.raw",
+            &PatchParams::default(),
+            &event_series_test_support::raw::occurrence_patch(n),
+        )
+        .await?;
+    }
+    while logged_at(&op, "recovered; watching").is_none() {
+        if started.elapsed() > Duration::from_secs(600) || !op.alive() {
+            churn.abort();
+            bail!(
+                "the list did not complete in 10 min (log {})",
+                op.log.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    churn.abort();
+    let listed = started.elapsed();
+    assert!(
+        op.log_text().contains("continue token expired"),
+        "the test must make a token expire (log {})",
+        op.log.display()
+    );
+    let objects = crate::operator::wait_for_within(
+        &client,
+        ns,
+        Duration::from_secs(180),
+        "the loop's series Finished",
+        |objs| !objs.is_empty() && objs.iter().all(|e| crate::operator::state(e) == "Finished"),
+    )
+    .await?;
+    let counts: Vec<u64> = objects.iter().map(crate::operator::count).collect();
+    println!(
+        "listed in {listed:?} with continue tokens expiring; the loop's series: {counts:?} (10 expected)"
+    );
+    assert_eq!(counts, [10], "one Finished series with every occurrence");
+    drop(op);
+    Ok(())
+}
+
 /// Updates a ConfigMap in `ns` every 100 ms, until aborted.
 async fn churn(client: kube::Client, ns: String) {
     let api: Api<ConfigMap> = Api::namespaced(client, &ns);
