@@ -135,7 +135,7 @@ trap cleanup EXIT
 test_times() {
   local line name="" start counts
   start=$(now_us)
-  while IFS= read -r line; do
+  while IFS= read -r line || [ -n "$line" ]; do
     printf '%s\n' "$line"
     case "$line" in
       "     Running "*) name="${line#*Running }"; name="${name%% (*}"; start=$(now_us) ;;
