@@ -124,7 +124,12 @@ kill_tree() {
 }
 
 cleanup() {
-  [ -z "$builds_pid" ] || kill_tree "$builds_pid"
+  if [ -n "$builds_pid" ]; then
+    # The background builds are a process group of their own (setsid): all of it at once, so that
+    # no build starts a step after its parent was stopped; then anything left under it.
+    kill -- -"$builds_pid" 2>/dev/null || true
+    kill_tree "$builds_pid"
+  fi
   bash hack/cluster-down.sh
   ENVTEST_DIR="$node_dir" bash hack/cluster-down.sh
 }
