@@ -913,6 +913,9 @@ fn heartbeats_behind_a_backlog(report: bool) -> (TimeDelta, usize) {
                 retry_after: None,
                 message: String::new(),
             };
+            // Each answer carries the object, at a new version: the next update's precondition.
+            let version = event_series::writer::Version::Number(s as u64);
+            queue.learn(&job.target, Some(version));
             let settled = queue.answered(instant, &job, &answer);
             assert!(
                 matches!(settled, Settled::Done | Settled::Again { .. }),

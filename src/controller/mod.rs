@@ -32,10 +32,11 @@ use crate::leader::WriteFence;
 use crate::leader::elector::Fence;
 use crate::operations::health::Health;
 use crate::operations::metrics::Metrics;
-use crate::writer::WriterConfig;
+use crate::writer::{Observed, WriterConfig};
 use channels::ControllerEnds;
 use chrono::Utc;
 use event_series_core::engine::{Engine, EngineConfig};
+use event_series_core::intent::StoredSeries;
 use event_series_core::settings::{PolicySet, Settings};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Event;
@@ -156,6 +157,7 @@ pub async fn run(
         &mut engine,
         (&metrics, &health),
         &mut steps,
+        &to_writer,
     );
     let (restart, held) = match until(restored, &mut shutdown).await {
         Ok(restored) => restored?,
@@ -236,6 +238,7 @@ async fn restore(
     engine: &mut Engine,
     shared: (&Metrics, &Health),
     steps: &mut Steps,
+    to_writer: &ControllerEnds,
 ) -> anyhow::Result<(Restart, Option<Step>)> {
     // The own series objects namespace by namespace: a label-selected list is a range read over every
     // stored event of its scope, and over the whole cluster (10^6 stored events) one page of it
@@ -252,7 +255,13 @@ async fn restore(
         restore_timeout: config.restore_timeout,
         buffer_bytes: config.restart_buffer_bytes,
     };
-    Ok(Restart::run(&own, engine, shared, steps, bounds).await?)
+    // The writer learns each restored object's version: its first update carries it.
+    let mut adopted = |ev: &events::Event, stored: &StoredSeries| {
+        if let Some(observed) = Observed::of(ev, stored) {
+            to_writer.seen(observed);
+        }
+    };
+    Ok(Restart::run(&own, engine, shared, steps, bounds, &mut adopted).await?)
 }
 
 /// What the central loop owns once the engine is rebuilt.

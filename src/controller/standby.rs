@@ -6,13 +6,12 @@
 
 use crate::object::{self, Check};
 use crate::writer::Observed;
-use crate::writer::queue::Target;
 use chrono::Utc;
 use event_series_core::engine::Engine;
 use k8s_openapi::api::events::v1::Event;
 
 /// Tells the engine what the leader wrote, and returns it for the writer (`None`: not a claim
-/// that checks out, or one without the time of its write).
+/// that checks out).
 pub(super) fn learn(engine: &mut Engine, ev: &Event) -> Option<Observed> {
     let check = Check {
         now: Utc::now(),
@@ -25,20 +24,8 @@ pub(super) fn learn(engine: &mut Engine, ev: &Event) -> Option<Observed> {
             return None;
         }
     };
-    let name = ev.metadata.name.as_deref()?;
     if let Some(at) = stored.last_write {
         engine.written_elsewhere(&stored.namespace, stored.id, stored.first, at);
     }
-    let (base, variant) = object::split_variant(name);
-    Some(Observed {
-        target: Target {
-            namespace: stored.namespace,
-            name: base.to_owned(),
-        },
-        first: stored.first,
-        count: stored.count,
-        last: stored.last,
-        state: stored.state,
-        variant,
-    })
+    Observed::of(ev, &stored)
 }

@@ -27,6 +27,7 @@ use crate::operations::health::Health;
 use crate::operations::metrics::Metrics;
 use chrono::{DateTime, Utc};
 use event_series_core::engine::Engine;
+use event_series_core::intent::StoredSeries;
 use event_series_core::key::ReplayBuffer;
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
@@ -63,17 +64,19 @@ impl Restart {
     /// restored. Returns the restart and the first step of `steps` that is not part of that list
     /// (its end, usually), which the caller handles once the restore is complete; `None` when the
     /// watch ended first. Fails when the restore makes no progress for `bounds.restore_timeout`.
+    /// Each object adopted is also handed to `adopted` (the writer learns its version there).
     pub async fn run(
         own: &[Api<Event>],
         engine: &mut Engine,
         (metrics, health): (&Metrics, &Health),
         steps: &mut (impl Stream<Item = Step> + Unpin),
         bounds: Bounds,
+        adopted: &mut impl FnMut(&Event, &StoredSeries),
     ) -> Result<(Restart, Option<Step>), RestoreError> {
         let mut restart = Restart::new(bounds.buffer_bytes);
         let started = restart.started;
         engine.begin_recovery();
-        let restore = restore_own_series(own, engine, metrics, health, bounds);
+        let restore = restore_own_series(own, engine, (metrics, health), bounds, adopted);
         tokio::pin!(restore);
         let mut held = None;
         let mut watch_open = true;
@@ -206,9 +209,9 @@ pub const RESTORE_LISTS: usize = 4;
 async fn restore_own_series(
     own: &[Api<Event>],
     engine: &mut Engine,
-    metrics: &Metrics,
-    health: &Health,
+    (metrics, health): (&Metrics, &Health),
     bounds: Bounds,
+    adopted: &mut impl FnMut(&Event, &StoredSeries),
 ) -> Result<(), RestoreError> {
     let started = Instant::now();
     health.restore_progress(Some(started));
@@ -225,7 +228,11 @@ async fn restore_own_series(
         tally.waiting += asked.elapsed();
         health.restore_progress(Some(Instant::now()));
         match part? {
-            Own::Object(ev, list_rv) => restore_one(&ev, list_rv, engine, metrics, &mut tally),
+            Own::Object(ev, list_rv) => {
+                if let Some(series) = restore_one(&ev, list_rv, engine, metrics, &mut tally) {
+                    adopted(&ev, &series);
+                }
+            }
             Own::PageDone => tally.pages += 1,
         }
     }
@@ -374,14 +381,14 @@ impl OwnList<'_> {
     }
 }
 
-/// Restores one series object of a list served at `list_rv`.
+/// Restores one series object of a list served at `list_rv`; what it holds, if adopted.
 fn restore_one(
     ev: &Event,
     list_rv: Option<u64>,
     engine: &mut Engine,
     metrics: &Metrics,
     tally: &mut Tally,
-) {
+) -> Option<StoredSeries> {
     let now = Utc::now();
     let check = object::Check {
         now,
@@ -397,14 +404,16 @@ fn restore_one(
     });
     match claim {
         Ok(series) => {
-            engine.restore(now, series);
+            engine.restore(now, series.clone());
             tally.restored += 1;
+            Some(series)
         }
         Err(e) => {
             tracing::warn!(name = ?ev.metadata.name, namespace = ?ev.metadata.namespace,
                 error = %e, "series object not adopted");
             tally.rejected += 1;
             metrics.recovery_rejected(e.reason());
+            None
         }
     }
 }

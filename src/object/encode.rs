@@ -98,6 +98,24 @@ pub fn to_update(s: &Snapshot) -> json_patch::Patch {
     json_patch::Patch(ops)
 }
 
+/// `patch` applied only if the object is still at `version` (its resourceVersion as the writer last
+/// knew it): the API server answers 409 Conflict when anyone wrote the object since. (A JSON patch's
+/// `test` of the resourceVersion would be refused with 422, like a write into someone else's object;
+/// setting it makes the update conditional, like an update that carries it.)
+pub fn guarded(patch: json_patch::Patch, version: Option<String>) -> json_patch::Patch {
+    use json_patch::jsonptr::PointerBuf;
+    use json_patch::{PatchOperation, ReplaceOperation};
+    let Some(version) = version else {
+        return patch;
+    };
+    let mut ops = patch.0;
+    ops.push(PatchOperation::Replace(ReplaceOperation {
+        path: PointerBuf::from_tokens(["metadata", "resourceVersion"]),
+        value: version.into(),
+    }));
+    json_patch::Patch(ops)
+}
+
 fn metadata(s: &Snapshot) -> ObjectMeta {
     let labels = BTreeMap::from([
         (MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned()),

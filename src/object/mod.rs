@@ -18,7 +18,7 @@ pub mod decode;
 pub mod encode;
 
 pub use decode::{Check, DecodeError, decode};
-pub use encode::{to_event, to_update};
+pub use encode::{guarded, to_event, to_update};
 
 use chrono::{DateTime, Utc};
 use event_series_core::intent::{Snapshot, Source};

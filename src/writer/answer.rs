@@ -39,6 +39,9 @@ pub enum Answer {
     NotSent,
     /// A [`Verb::Verify`] found an object that is not the series' own at its name (HTTP 200).
     Taken,
+    /// A [`Verb::Verify`] found the series' own object already holding the state to write (HTTP
+    /// 200): another replica wrote it, or an earlier attempt landed unanswered.
+    Holds,
 }
 
 impl Answer {
@@ -49,7 +52,7 @@ impl Answer {
             Answer::Timeout => "timeout".into(),
             Answer::Transport(_) => "error".into(),
             Answer::NotSent => "not_sent".into(),
-            Answer::Taken => "200".into(),
+            Answer::Taken | Answer::Holds => "200".into(),
         }
     }
 
@@ -99,6 +102,7 @@ pub fn next(verb: Verb, answer: &Answer) -> Next {
             };
         }
         Answer::Taken => return Next::Rename,
+        Answer::Holds => return Next::Done,
         Answer::Status {
             code,
             retry_after,
@@ -115,10 +119,9 @@ pub fn next(verb: Verb, answer: &Answer) -> Next {
         // An install whose role lacks `get` (an older RBAC): update as before this check.
         (Verb::Verify, 403) => Next::Then(Verb::Patch),
         (Verb::Patch, 404) => Next::Then(Verb::Create),
-        // An update conflict: write the latest state again.
-        (Verb::Patch, 409) => Next::Retry {
-            at_least: Duration::ZERO,
-        },
+        // The object changed since this replica last knew it (its precondition failed): another
+        // replica wrote it, or an earlier attempt landed unanswered. Read it, then reconcile.
+        (Verb::Patch, 409) => Next::Then(Verb::Verify),
         (_, 429 | 500..=599) => Next::Retry {
             at_least: retry_after.unwrap_or(Duration::ZERO),
         },

@@ -6,13 +6,18 @@
 //! - A client-side rate limit (QPS and burst, `governor`) paces every request.
 //! - Heartbeats and finishes are JSON patches (RBAC verb `patch`) of what an update may change
 //!   (labels, annotations, `series`), guarded by tests of the series' own labels
-//!   ([`crate::object::to_update`]).
+//!   ([`crate::object::to_update`]) and conditional on the object's resourceVersion as this replica
+//!   last knew it ([`queue::Versions`], [`crate::object::guarded`]): a deposed leader's update
+//!   that reaches the API server after another leader wrote is refused there (fencing without
+//!   clocks). Without a known version the object is read first.
 //! - Each create or heartbeat that lands is reported back ([`Landed`]): the engine times the
 //!   series' next heartbeat from then, not from when the write was asked for.
 //! - What to do after each answer is decided by [`next`], a pure function:
 //!   - 409 on create → read the object at that name: the series' own (a repeated create) → patch;
 //!     someone else's (a namespace member created an Event there first) → create under the series'
 //!     next deterministic name ([`crate::object::variant_name`]), never a write into another's;
+//!   - 409 on patch → read the object (someone wrote it since this replica last knew it): if it
+//!     already holds the state to write, done; else update it at the version read;
 //!   - 404 on patch → create (the object vanished: TTL or deleted);
 //!   - 429, 5xx, timeouts and transport errors → retry after exponential backoff with jitter
 //!     (`backon`), never sooner than the server's Retry-After;
@@ -33,14 +38,14 @@ use crate::object::{self, to_event, to_update};
 use crate::operations::health::Health;
 use crate::operations::metrics::Metrics;
 pub use answer::{Answer, Next, Verb, next};
-use event_series_core::intent::{Intent, Landed};
+use event_series_core::intent::{Intent, Landed, WriteKind};
 use futures::stream::{FuturesUnordered, StreamExt};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use k8s_openapi::api::events::v1::Event;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-pub use queue::Observed;
 use queue::{Job, Queue, Settled};
+pub use queue::{Observed, Version};
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
@@ -88,6 +93,8 @@ const SHED_LOG_EVERY: Duration = Duration::from_secs(10);
 struct Outcome {
     job: Job,
     answer: Answer,
+    /// The object's resourceVersion when the answer carried the series' own object.
+    version: Option<Version>,
 }
 
 pub struct Writer {
@@ -147,49 +154,56 @@ impl Writer {
         let name = object::variant_name(&job.target.name, job.variant);
         let mut object = to_event(&job.intent.series);
         object.metadata.name = Some(name.clone());
-        // A create carries the whole object; a patch only what an update may change, and only
-        // into the series' own object.
-        let update = (job.verb == Verb::Patch).then(|| to_update(&job.intent.series));
+        // A create carries the whole object; a patch only what an update may change, only into the
+        // series' own object, and only if the object is still as this replica last knew it.
+        let update = (job.verb == Verb::Patch).then(|| {
+            object::guarded(
+                to_update(&job.intent.series),
+                job.version.as_ref().map(ToString::to_string),
+            )
+        });
         let (limiter, fence) = (self.limiter.clone(), self.fence.clone());
         async move {
             let request = async {
                 limiter.until_ready().await;
                 // The rate limit may have held the request past the fence: check again.
                 if !matches!(fence.check(std::time::Instant::now()), Fence::Open { .. }) {
-                    return Answer::NotSent;
+                    return (Answer::NotSent, None);
                 }
                 match job.verb {
-                    Verb::Create => Answer::of(
-                        api.create(&PostParams::default(), &object).await.map(drop),
-                        201,
-                    ),
-                    Verb::Patch => Answer::of(
+                    Verb::Create => {
+                        answered(api.create(&PostParams::default(), &object).await, 201)
+                    }
+                    Verb::Patch => answered(
                         api.patch(
                             &name,
                             &PatchParams::default(),
                             &Patch::<()>::Json(update.unwrap_or_default()),
                         )
-                        .await
-                        .map(drop),
+                        .await,
                         200,
                     ),
-                    Verb::Verify => match api.get(&name).await {
-                        Ok(found) if !object::is_own_object(&found, &job.intent.series) => {
-                            Answer::Taken
-                        }
-                        found => Answer::of(found.map(drop), 200),
-                    },
+                    Verb::Verify => read(api.get(&name).await, &job.intent),
                 }
             };
-            let answer = tokio::time::timeout_at(until, request)
+            let (answer, version) = tokio::time::timeout_at(until, request)
                 .await
-                .unwrap_or(Answer::Timeout);
-            Outcome { job, answer }
+                .unwrap_or((Answer::Timeout, None));
+            Outcome {
+                job,
+                answer,
+                version,
+            }
         }
     }
 
     fn complete(&mut self, outcome: Outcome) {
-        let Outcome { job, answer } = outcome;
+        let Outcome {
+            job,
+            answer,
+            version,
+        } = outcome;
+        self.queue.learn(&job.target, version);
         if answer != Answer::NotSent {
             self.metrics.request_code(job.verb.as_str(), &answer.code());
         }
@@ -392,6 +406,47 @@ impl Writer {
     }
 }
 
+/// The answer to a create or an update, with the version of the object it wrote.
+fn answered(result: kube::Result<Event>, ok: u16) -> (Answer, Option<Version>) {
+    match result {
+        Ok(written) => {
+            let version = Version::of(written.metadata.resource_version.as_deref());
+            (Answer::of(Ok(()), ok), version)
+        }
+        Err(e) => (Answer::of(Err(e), ok), None),
+    }
+}
+
+/// The answer to a read of the object at the series' name: someone else's ([`Answer::Taken`]), the
+/// series' own already holding `intent`'s state ([`Answer::Holds`]: nothing to write), or the
+/// series' own to update, at the version read. A heartbeat is never held: its point is to change
+/// the object, so that the event TTL starts again.
+fn read(result: kube::Result<Event>, intent: &Intent) -> (Answer, Option<Version>) {
+    let found = match result {
+        Ok(found) => found,
+        Err(e) => return (Answer::of(Err(e), 200), None),
+    };
+    if !object::is_own_object(&found, &intent.series) {
+        return (Answer::Taken, None);
+    }
+    let check = object::Check {
+        now: chrono::Utc::now(),
+        tolerance: chrono::TimeDelta::zero(),
+    };
+    let holds = intent.kind != WriteKind::Heartbeat
+        && object::decode(&found, check)
+            .ok()
+            .and_then(|stored| Observed::of(&found, &stored))
+            .is_some_and(|seen| seen.covers(intent));
+    let version = Version::of(found.metadata.resource_version.as_deref());
+    let answer = if holds {
+        Answer::Holds
+    } else {
+        Answer::of(Ok(()), 200)
+    };
+    (answer, version)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -467,6 +522,9 @@ mod tests {
         assert_eq!(next(Create, &status(409, None)), Next::Then(Verify));
         assert_eq!(next(Verify, &status(200, None)), Next::Then(Patch));
         assert_eq!(next(Verify, &Answer::Taken), Next::Rename);
+        assert_eq!(next(Verify, &Answer::Holds), Next::Done);
+        // An update refused because the object changed since: read it, then reconcile.
+        assert_eq!(next(Patch, &status(409, None)), Next::Then(Verify));
         assert_eq!(next(Verify, &status(404, None)), Next::Then(Create));
         assert_eq!(next(Patch, &status(404, None)), Next::Then(Create));
         let s = Duration::from_secs(3);

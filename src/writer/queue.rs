@@ -18,12 +18,14 @@ pub use super::owed::Owed;
 use super::{Answer, Next, Verb, next};
 
 mod acknowledge;
+mod versions;
 use crate::object;
 pub use acknowledge::Observed;
 use event_series_core::intent::{Intent, WriteKind};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+pub use versions::{Version, Versions};
 
 /// The series object a write is for.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -59,6 +61,8 @@ pub struct Job {
     pub owed: Owed,
     /// An earlier attempt at this state may have landed unanswered ([`Pending::uncertain`]).
     pub uncertain: bool,
+    /// For an update, the object's resourceVersion as last known: its precondition.
+    pub version: Option<Version>,
 }
 
 /// What an answer led to, for the shell's logs and metrics.
@@ -95,6 +99,8 @@ struct Pending {
     /// later write of the same content would change nothing, so its answer does not tell when the
     /// object was last written. Cleared by a newer state.
     uncertain: bool,
+    /// The object cannot be read (a role without `get`): it is updated without knowing its version.
+    unread: bool,
 }
 
 fn delays() -> backon::ExponentialBackoff {
@@ -107,7 +113,7 @@ fn may_hold_it_already(verb: Verb, answer: &Answer) -> bool {
     match answer {
         Answer::Timeout | Answer::Transport(_) => true,
         Answer::Status { code, .. } => *code >= 500 || (verb == Verb::Create && *code == 409),
-        Answer::NotSent | Answer::Taken => false,
+        Answer::NotSent | Answer::Taken | Answer::Holds => false,
     }
 }
 
@@ -143,6 +149,8 @@ pub struct Queue {
     renamed: HashMap<Arc<Target>, u8>,
     /// The finished series in `renamed`, oldest first.
     renamed_finished: VecDeque<Arc<Target>>,
+    /// Each series object's resourceVersion as last known.
+    versions: Versions,
 }
 
 /// How many finished series keep their other name in [`Queue`]: renames happen only where a
@@ -175,6 +183,7 @@ impl Queue {
             waiting_since: None,
             renamed: HashMap::new(),
             renamed_finished: VecDeque::new(),
+            versions: Versions::default(),
         }
     }
 
@@ -288,6 +297,7 @@ impl Queue {
                 deferred: false,
                 variant,
                 uncertain: false,
+                unread: false,
             },
         );
         self.schedule(target, now);
@@ -316,6 +326,11 @@ impl Queue {
             {
                 p.in_flight = true;
                 self.in_flight += 1;
+                let version = self.versions.get(&target).cloned();
+                if p.verb == Verb::Patch && version.is_none() && !p.unread {
+                    // An update needs its precondition: the object is read first.
+                    p.verb = Verb::Verify;
+                }
                 jobs.push(Job {
                     verb: p.verb,
                     variant: p.variant,
@@ -323,6 +338,7 @@ impl Queue {
                     intent: p.intent.clone(),
                     owed: std::mem::take(&mut p.owed),
                     uncertain: p.uncertain,
+                    version: version.filter(|_| p.verb == Verb::Patch),
                     target,
                 });
             }
@@ -344,6 +360,7 @@ impl Queue {
 
     /// The answer to `job` arrived at `now`.
     pub fn answered(&mut self, now: Instant, job: &Job, answer: &Answer) -> Settled {
+        let known = self.versions.get(&job.target).is_some();
         let Some(p) = self.pending.get_mut(&job.target) else {
             return Settled::Unknown;
         };
@@ -372,11 +389,21 @@ impl Queue {
                     && matches!(p.intent.kind, WriteKind::Finish(_))
                 {
                     self.finished_renamed(&job.target);
+                    self.versions.forget(&job.target);
                 }
                 Settled::Done
             }
-            Next::Rename => self.next_name(job),
+            Next::Rename => {
+                self.versions.forget(&job.target);
+                self.next_name(job)
+            }
             Next::Then(verb) => {
+                // A read that told no version (a role without `get`): update without one.
+                p.unread |= job.verb == Verb::Verify && verb == Verb::Patch && !known;
+                if verb == Verb::Create {
+                    // The object is gone: what was known of it is moot.
+                    self.versions.forget(&job.target);
+                }
                 p.verb = verb;
                 Settled::Again {
                     after: Duration::ZERO,
@@ -396,6 +423,7 @@ impl Queue {
                 }
             }
             Next::Reject(why) => {
+                self.versions.forget(&job.target);
                 let p = self.remove(&job.target);
                 Settled::Rejected {
                     why,
@@ -495,6 +523,27 @@ mod tests {
         }
     }
 
+    /// An answer as the shell reports it: a 2xx that carries the series' own object tells its
+    /// version too (here the write's `seq`, one version per state written).
+    trait Answered {
+        fn answer(&mut self, now: Instant, job: &Job, answer: &Answer) -> Settled;
+    }
+
+    impl Answered for Queue {
+        fn answer(&mut self, now: Instant, job: &Job, answer: &Answer) -> Settled {
+            if matches!(
+                answer,
+                Answer::Status {
+                    code: 200..=299,
+                    ..
+                } | Answer::Holds
+            ) {
+                self.learn(&job.target, Some(Version::Number(job.seq)));
+            }
+            self.answered(now, job, answer)
+        }
+    }
+
     /// The create intent of a distinct series (one per pod), as the engine makes it, then given
     /// `kind` and `count`. At a fixed time: the series' name (its target) follows its start, and
     /// intents made on either side of a second's edge would belong to two series.
@@ -542,6 +591,77 @@ mod tests {
     }
 
     #[test]
+    fn every_update_carries_the_version_last_known_and_a_conflict_is_read_and_reconciled() {
+        let (t0, mut q) = one_create("a");
+        let job = q.take_due(t0, 1).remove(0);
+        assert_eq!(job.version, None, "a create has no precondition");
+        q.learn(&job.target, Version::of(Some("10")));
+        assert_eq!(q.answered(t0, &job, &status(201)), Settled::Done);
+        // The next update carries the version the create's answer told.
+        q.put(t0, intent("a", WriteKind::Heartbeat, 5));
+        let job = q.take_due(t0, 1).remove(0);
+        assert_eq!(
+            (job.verb, job.version.clone()),
+            (Verb::Patch, Version::of(Some("10")))
+        );
+        // Someone wrote the object since: refused; the object is read, then updated at the
+        // version read, with the same state.
+        assert!(matches!(
+            q.answered(t0, &job, &status(409)),
+            Settled::Again { .. }
+        ));
+        let job = q.take_due(t0, 1).remove(0);
+        assert_eq!(job.verb, Verb::Verify);
+        q.learn(&job.target, Version::of(Some("12")));
+        q.answered(t0, &job, &status(200));
+        let job = q.take_due(t0, 1).remove(0);
+        assert_eq!(
+            (job.verb, job.version.clone()),
+            (Verb::Patch, Version::of(Some("12")))
+        );
+        assert_eq!(job.intent.series.count, 5);
+        q.learn(&job.target, Version::of(Some("13")));
+        assert_eq!(q.answered(t0, &job, &status(200)), Settled::Done);
+        // A read that finds the object already holding the state to write ends the write.
+        q.put(t0, intent("a", WriteKind::Finish(FinishCause::Quiet), 6));
+        let job = q.take_due(t0, 1).remove(0);
+        assert_eq!(job.version, Version::of(Some("13")));
+        q.answered(t0, &job, &status(409));
+        let job = q.take_due(t0, 1).remove(0);
+        assert_eq!(job.verb, Verb::Verify);
+        assert_eq!(q.answered(t0, &job, &Answer::Holds), Settled::Done);
+        assert!(q.is_empty());
+        // With the finish written, its version is forgotten.
+        assert_eq!(q.versions.len(), 0);
+    }
+
+    #[test]
+    fn an_update_without_a_known_version_reads_the_object_first() {
+        let t0 = Instant::now();
+        let mut q = Queue::new(100, 100);
+        q.put(t0, intent("a", WriteKind::Heartbeat, 5));
+        let job = q.take_due(t0, 1).remove(0);
+        assert_eq!(job.verb, Verb::Verify);
+        // A role without `get` (an older install): the update goes without a precondition rather
+        // than never.
+        q.answered(t0, &job, &status(403));
+        let job = q.take_due(t0, 1).remove(0);
+        assert_eq!((job.verb, job.version.clone()), (Verb::Patch, None));
+        assert_eq!(q.answered(t0, &job, &status(200)), Settled::Done);
+        // A vanished object's version is forgotten: it is created again.
+        q.put(t0, intent("b", WriteKind::Heartbeat, 5));
+        q.learn(
+            &Target::of(&intent("b", WriteKind::Create, 2)),
+            Version::of(Some("3")),
+        );
+        let job = q.take_due(t0, 1).remove(0);
+        q.answered(t0, &job, &status(404));
+        assert_eq!(q.versions.len(), 0);
+        let job = q.take_due(t0, 1).remove(0);
+        assert_eq!((job.verb, job.version), (Verb::Create, None));
+    }
+
+    #[test]
     fn due_writes_come_earliest_first_and_backoff_reorders_them() {
         let t0 = Instant::now();
         let mut q = Queue::new(100, 100);
@@ -557,10 +677,10 @@ mod tests {
         assert_eq!(q.in_flight(), 2);
         // a fails (503) and backs off; b is done; c is next, then a once its backoff has passed.
         assert!(matches!(
-            q.answered(now, &jobs[0], &status(503)),
+            q.answer(now, &jobs[0], &status(503)),
             Settled::Again { after } if after > Duration::ZERO
         ));
-        assert_eq!(q.answered(now, &jobs[1], &status(201)), Settled::Done);
+        assert_eq!(q.answer(now, &jobs[1], &status(201)), Settled::Done);
         let jobs = q.take_due(now, 10);
         assert_eq!(names(&jobs), [name("c")]);
         let later = now + Duration::from_secs(120);
@@ -578,7 +698,7 @@ mod tests {
         q.put(t0, intent("a", WriteKind::Heartbeat, 5));
         q.put(t0, intent("a", WriteKind::Finish(FinishCause::Quiet), 9));
         assert_eq!(q.len(), 1);
-        let settled = q.answered(t0, &job, &status(422));
+        let settled = q.answer(t0, &job, &status(422));
         assert_eq!(
             settled,
             Settled::Again {
@@ -589,7 +709,7 @@ mod tests {
         assert_eq!(retry.intent.series.count, 9, "the newer state is written");
         assert_eq!(retry.verb, Verb::Create, "the object was never created");
         // Rejected again, now for the latest state: settled, reported with that state.
-        let Settled::Rejected { intent, why } = q.answered(t0, &retry, &status(422)) else {
+        let Settled::Rejected { intent, why } = q.answer(t0, &retry, &status(422)) else {
             panic!()
         };
         assert_eq!(intent.series.count, 9);
@@ -605,12 +725,12 @@ mod tests {
         let job = q.take_due(t0, 10).remove(0);
         q.put(t0, intent("a", WriteKind::Heartbeat, 7));
         assert!(matches!(
-            q.answered(t0, &job, &status(201)),
+            q.answer(t0, &job, &status(201)),
             Settled::Again { .. }
         ));
         let job = q.take_due(t0, 10).remove(0);
         assert_eq!((job.verb, job.intent.series.count), (Verb::Patch, 7));
-        assert_eq!(q.answered(t0, &job, &status(200)), Settled::Done);
+        assert_eq!(q.answer(t0, &job, &status(200)), Settled::Done);
     }
 
     #[test]
@@ -620,7 +740,7 @@ mod tests {
             let (t0, mut q) = one_create("a");
             let job = q.take_due(t0, 1).remove(0);
             assert!(!job.uncertain, "a first attempt says when it landed");
-            q.answered(t0, &job, &unanswered);
+            q.answer(t0, &job, &unanswered);
             let job = q.take_due(later(t0), 1).remove(0);
             assert!(
                 job.uncertain,
@@ -629,14 +749,14 @@ mod tests {
             );
             // A newer state changes the object whenever it lands.
             q.put(later(t0), intent("a", WriteKind::Heartbeat, 3));
-            q.answered(later(t0), &job, &status(201));
+            q.answer(later(t0), &job, &status(201));
             let job = q.take_due(later(t0), 1).remove(0);
             assert!(!job.uncertain, "the newer state, after {unanswered:?}");
         }
         // Refused outright (429), nothing landed.
         let (t0, mut q) = one_create("b");
         let job = q.take_due(t0, 1).remove(0);
-        q.answered(t0, &job, &status(429));
+        q.answer(t0, &job, &status(429));
         assert!(!q.take_due(later(t0), 1)[0].uncertain);
     }
 
@@ -644,14 +764,14 @@ mod tests {
     fn conflicts_and_vanished_objects_switch_the_verb() {
         let (t0, mut q) = one_create("a");
         let job = q.take_due(t0, 1).remove(0);
-        q.answered(t0, &job, &status(409));
+        q.answer(t0, &job, &status(409));
         // Whose object holds the name? The series' own (a repeated create): patch it.
         let job = q.take_due(t0, 1).remove(0);
         assert_eq!(job.verb, Verb::Verify);
-        q.answered(t0, &job, &status(200));
+        q.answer(t0, &job, &status(200));
         let job = q.take_due(t0, 1).remove(0);
         assert_eq!(job.verb, Verb::Patch);
-        q.answered(t0, &job, &status(404));
+        q.answer(t0, &job, &status(404));
         assert_eq!(q.take_due(t0, 1)[0].verb, Verb::Create);
     }
 
@@ -662,10 +782,10 @@ mod tests {
         for variant in 0..=object::MAX_NAME_VARIANT {
             let job = q.take_due(t0, 1).remove(0);
             assert_eq!((job.verb, job.variant), (Verb::Create, variant));
-            q.answered(t0, &job, &status(409));
+            q.answer(t0, &job, &status(409));
             let job = q.take_due(t0, 1).remove(0);
             assert_eq!((job.verb, job.variant), (Verb::Verify, variant));
-            seen.push(q.answered(t0, &job, &Answer::Taken));
+            seen.push(q.answer(t0, &job, &Answer::Taken));
         }
         // Renamed three times, then given up: every name is someone else's.
         assert_eq!(
@@ -680,26 +800,30 @@ mod tests {
     fn a_renamed_series_keeps_its_name_after_its_finish_for_a_reopening() {
         let (t0, mut q) = one_create("a");
         let job = q.take_due(t0, 1).remove(0);
-        q.answered(t0, &job, &status(409));
+        q.answer(t0, &job, &status(409));
         let job = q.take_due(t0, 1).remove(0);
-        q.answered(t0, &job, &Answer::Taken);
+        q.answer(t0, &job, &Answer::Taken);
         let job = q.take_due(t0, 1).remove(0);
-        assert_eq!(q.answered(t0, &job, &status(201)), Settled::Done);
+        assert_eq!(q.answer(t0, &job, &status(201)), Settled::Done);
         // A later heartbeat, and the finish, go to the name the create took.
         q.put(t0, intent("a", WriteKind::Heartbeat, 5));
         let job = q.take_due(t0, 1).remove(0);
         assert_eq!((job.verb, job.variant), (Verb::Patch, 1));
-        assert_eq!(q.answered(t0, &job, &status(200)), Settled::Done);
+        assert_eq!(q.answer(t0, &job, &status(200)), Settled::Done);
         q.put(t0, intent("a", WriteKind::Finish(FinishCause::Quiet), 6));
         let job = q.take_due(t0, 1).remove(0);
         assert_eq!(job.variant, 1);
-        assert_eq!(q.answered(t0, &job, &status(200)), Settled::Done);
+        assert_eq!(q.answer(t0, &job, &status(200)), Settled::Done);
         assert!(q.is_empty());
-        // An occurrence written late reopens it: its next write still goes to its name.
+        // An occurrence written late reopens it: its next write still goes to its name, read first
+        // (its version was forgotten with its finish).
         q.put(t0, intent("a", WriteKind::Finish(FinishCause::Quiet), 7));
         let job = q.take_due(t0, 1).remove(0);
+        assert_eq!((job.verb, job.variant), (Verb::Verify, 1));
+        q.answer(t0, &job, &status(200));
+        let job = q.take_due(t0, 1).remove(0);
         assert_eq!((job.verb, job.variant), (Verb::Patch, 1));
-        assert_eq!(q.answered(t0, &job, &status(200)), Settled::Done);
+        assert_eq!(q.answer(t0, &job, &status(200)), Settled::Done);
         // Only the most recently finished are kept.
         for i in 0..RENAMED_KEPT {
             let name = format!("x{i}");
@@ -708,8 +832,12 @@ mod tests {
                 1,
             );
             q.put(t0, intent(&name, WriteKind::Finish(FinishCause::Quiet), 2));
+            q.learn(
+                &Target::of(&intent(&name, WriteKind::Create, 2)),
+                Version::of(Some("1")),
+            );
             let job = q.take_due(t0, 1).remove(0);
-            assert_eq!(q.answered(t0, &job, &status(200)), Settled::Done);
+            assert_eq!(q.answer(t0, &job, &status(200)), Settled::Done);
         }
         assert_eq!(q.renamed.len(), RENAMED_KEPT);
         assert!(
@@ -736,17 +864,17 @@ mod tests {
         for _ in 0..5 {
             now += Duration::from_secs(10);
             for job in q.take_due(now, 10) {
-                q.answered(now, &job, &Answer::Timeout);
+                q.answer(now, &job, &Answer::Timeout);
             }
             now += Duration::from_secs(70);
         }
         assert!(now - q.stuck_since(now).unwrap() > Duration::from_secs(300));
         // One write goes through: progress, the clock restarts.
         let job = q.take_due(now, 1).remove(0);
-        q.answered(now, &job, &status(201));
+        q.answer(now, &job, &status(201));
         assert_eq!(q.stuck_since(now), Some(now));
         let job = q.take_due(now, 1).remove(0);
-        q.answered(now, &job, &status(201));
+        q.answer(now, &job, &status(201));
         assert_eq!(q.stuck_since(now), None, "nothing left to write");
     }
 
@@ -771,7 +899,7 @@ mod tests {
         let mut written = 0;
         while let Some(at) = q.next_due() {
             for job in q.take_due(at, 64) {
-                assert_eq!(q.answered(at, &job, &status(201)), Settled::Done);
+                assert_eq!(q.answer(at, &job, &status(201)), Settled::Done);
                 written += 1;
             }
         }
@@ -855,7 +983,7 @@ mod tests {
         assert_eq!(namespaces(&jobs), ["flood", "quiet"]);
         // Once a write of the flood is answered, it has room for one more.
         for job in &jobs {
-            assert_eq!(q.answered(t0, job, &status(201)), Settled::Done);
+            assert_eq!(q.answer(t0, job, &status(201)), Settled::Done);
         }
         assert_eq!(q.pending_in("flood"), 39);
         assert_eq!(q.pending_in("quiet"), 0);
@@ -908,7 +1036,7 @@ mod tests {
         newest.series.count = 12;
         q.put(t0, newest);
         assert!(matches!(
-            q.answered(t0, &x, &status(422)),
+            q.answer(t0, &x, &status(422)),
             Settled::Again { .. }
         ));
         let again = q.take_due(t0, 10);
@@ -944,7 +1072,7 @@ mod tests {
         );
         assert_eq!(since(&job), [(create, 10), (heartbeat, 20)]);
         // Not written (a 503): both still owed since as long as before, carried by the retry.
-        q.answered(t0, &job, &status(503));
+        q.answer(t0, &job, &status(503));
         q.put(t0, owed_at(intent("a", WriteKind::Heartbeat, 4), 30));
         let retry = q.take_due(t0 + Duration::from_secs(120), 10).remove(0);
         assert_eq!(since(&retry), [(create, 10), (heartbeat, 20)]);
@@ -954,7 +1082,7 @@ mod tests {
             owed_at(intent("a", WriteKind::Finish(FinishCause::Quiet), 5), 40),
         );
         assert_eq!(
-            q.answered(t0, &retry, &status(201)),
+            q.answer(t0, &retry, &status(201)),
             Settled::Again {
                 after: Duration::ZERO
             }
@@ -965,7 +1093,7 @@ mod tests {
         q.put_back(t0, patch);
         let again = q.take_due(t0 + Duration::from_secs(120), 10).remove(0);
         assert_eq!(since(&again), [(quiet, 40)]);
-        assert_eq!(q.answered(t0, &again, &status(200)), Settled::Done);
+        assert_eq!(q.answer(t0, &again, &status(200)), Settled::Done);
         assert!(q.is_empty());
     }
 
@@ -978,7 +1106,7 @@ mod tests {
             q.put(t0, intent(pod, WriteKind::Create, 2));
         }
         for job in q.take_due(t0, 10) {
-            assert_eq!(q.answered(t0, &job, &status(201)), Settled::Done);
+            assert_eq!(q.answer(t0, &job, &status(201)), Settled::Done);
         }
         q.put(t0, intent("a", WriteKind::Refresh, 3));
         q.put(t0, intent("b", WriteKind::Refresh, 3));
@@ -1005,6 +1133,7 @@ mod tests {
             last: s.last,
             state,
             variant,
+            version: Some(Version::Number(7)),
         }
     }
 
@@ -1016,7 +1145,7 @@ mod tests {
         assert!(!q.acknowledge(&observed("a", 1, SeriesState::Ongoing, 2)));
         let job = q.take_due(t0, 1).remove(0);
         assert_eq!((job.verb, job.variant), (Verb::Patch, 2));
-        q.answered(t0, &job, &Answer::NotSent);
+        q.answer(t0, &job, &Answer::NotSent);
         // Then the leader writes what the standby holds: nothing is owed any more.
         assert!(q.acknowledge(&observed("a", 2, SeriesState::Ongoing, 2)));
         assert!(q.is_empty());

@@ -15,6 +15,11 @@
 //! - **Reset** ([`FaultProxy::reset_all`]): both ends of every open connection get an RST.
 //! - **Latency** ([`FaultProxy::set_latency`]): each chunk is delivered that long after it was read,
 //!   order kept, in both directions.
+//! - **Resets not forwarded** ([`FaultProxy::forward_no_resets`]): a proxy, load balancer or HA
+//!   apiserver peer that has taken a request keeps it when the operator gives up on it. What the
+//!   operator sent is delivered to the apiserver on time even after the operator reset or closed
+//!   its side, and the apiserver's side stays open (no FIN, which would cancel the request) until
+//!   the apiserver closes it; its answers are read and dropped.
 //!
 //! The proxy runs on a thread and runtime of its own, so that it keeps working whatever the test's
 //! runtime does (a current-thread test runtime blocked in a synchronous helper, say); its controls
@@ -46,6 +51,8 @@ struct Faults {
     latency: Duration,
     /// Bumped by every `reset_all`.
     resets: u64,
+    /// The operator's resets and closes are not passed on ([`FaultProxy::forward_no_resets`]).
+    keep_requests: bool,
     /// The proxy is being dropped.
     stopping: bool,
 }
@@ -166,6 +173,12 @@ impl FaultProxy {
         self.change(|f| f.latency = d);
     }
 
+    /// From now on, what the operator sent reaches the apiserver even if the operator resets or
+    /// closes its side first, and the apiserver's side is not closed after it.
+    pub fn forward_no_resets(&self) {
+        self.change(|f| f.keep_requests = true);
+    }
+
     pub fn stats(&self) -> ProxyStats {
         let c = &self.shared.counters;
         let last = c.last_upstream_us.load(Ordering::Relaxed);
@@ -257,6 +270,10 @@ async fn connection(id: u64, client: TcpStream, upstream: SocketAddr, shared: Ar
                         break true;
                     }
                     down_done = true;
+                    // The apiserver closed: whatever is still held for it cannot be delivered.
+                    if faults.borrow().keep_requests {
+                        break false;
+                    }
                 }
                 changed = faults.changed() => {
                     let f = *faults.borrow();
@@ -287,13 +304,19 @@ async fn pump(
     let mut queue: VecDeque<(Instant, Vec<u8>)> = VecDeque::new();
     let mut held = 0usize;
     let mut eof = false;
+    // The operator's side is gone, and the proxy keeps requests: answers are read and dropped.
+    let mut dropping = false;
     let mut buf = vec![0u8; 16 << 10];
     loop {
+        let f = *faults.borrow_and_update();
         if eof && queue.is_empty() {
+            if upstream && f.keep_requests {
+                // No FIN to the apiserver: it would cancel the request just delivered.
+                return std::future::pending().await;
+            }
             let _ = to.shutdown().await;
             return End::Closed;
         }
-        let f = *faults.borrow_and_update();
         let due = match queue.front() {
             Some((read_at, _)) if !f.frozen(id) => Some(*read_at + f.latency),
             _ => None,
@@ -305,6 +328,7 @@ async fn pump(
                     held += n;
                     queue.push_back((Instant::now(), buf[..n].to_vec()));
                 }
+                Err(_) if upstream && f.keep_requests => eof = true,
                 Err(_) => {
                     counters.discarded.fetch_add(held as u64, Ordering::Relaxed);
                     return End::Reset;
@@ -313,7 +337,7 @@ async fn pump(
             // A sender that closed (FIN) and then reset (RST) drops what it had not got
             // acknowledged, as a kernel purges a reset socket's send queue: past its FIN a read
             // says nothing more, so look at the socket's error instead.
-            () = tokio::time::sleep(RESET_CHECK), if eof && !queue.is_empty() => {
+            () = tokio::time::sleep(RESET_CHECK), if eof && !queue.is_empty() && !(upstream && f.keep_requests) => {
                 let reset: &TcpStream = from.as_ref();
                 if let Ok(Some(_)) = reset.take_error() {
                     counters.discarded.fetch_add(held as u64, Ordering::Relaxed);
@@ -323,7 +347,16 @@ async fn pump(
             () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
                 let Some((_, chunk)) = queue.pop_front() else { continue };
                 held -= chunk.len();
+                if dropping {
+                    counters.discarded.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                    continue;
+                }
                 if to.write_all(&chunk).await.is_err() {
+                    if !upstream && f.keep_requests {
+                        dropping = true;
+                        counters.discarded.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                        continue;
+                    }
                     counters.discarded.fetch_add((held + chunk.len()) as u64, Ordering::Relaxed);
                     return End::Reset;
                 }
@@ -594,5 +627,24 @@ mod tests {
             "{:?}",
             t.elapsed()
         );
+    }
+
+    #[tokio::test]
+    async fn a_proxy_that_keeps_requests_delivers_them_after_the_sender_reset_and_sends_no_fin() {
+        let e = echo();
+        let p = FaultProxy::start(e.addr).await.unwrap();
+        let mut s = connect(&p);
+        assert_eq!(round_trip(&mut s, b"a"), b"a");
+        p.forward_no_resets();
+        p.set_latency(Duration::from_millis(400));
+        s.write_all(b"abandoned").unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        abort(&s);
+        drop(s);
+        std::thread::sleep(Duration::from_millis(800));
+        assert_eq!(e.received.lock().unwrap().as_slice(), b"aabandoned");
+        assert_eq!(e.eofs.load(Ordering::SeqCst), 0, "no FIN to the server");
+        // The echo's answer had nowhere to go: read and dropped.
+        assert_eq!(p.stats().discarded_bytes, 9);
     }
 }

@@ -211,3 +211,98 @@ async fn a_standby_takes_over_from_a_killed_leader_with_exact_counts() -> Result
     }
     ns.cleanup().await
 }
+
+/// Writes to the API server: every update carries what the writer last knew of the object (its
+/// resourceVersion), so a deposed leader's write that reaches the API server late is refused by
+/// the server itself, whatever the clocks. The leader's connections are slowed (each byte delivered
+/// 12 s after it was sent, a proxy or an overloaded HA apiserver's peer holding requests): it
+/// fences itself and exits, the standby takes over and writes the loops' objects, and only then do
+/// the old leader's held updates arrive. Each is answered 409 Conflict, and every loop ends in one
+/// object with its exact count.
+#[tokio::test]
+async fn a_deposed_leaders_late_write_is_refused_by_the_api_server() -> Result<()> {
+    use crate::network::{exact, proxied, storm, wait_leading};
+    use event_series_test_support::audit;
+    let client = client().await?;
+    let ns = TestNamespace::new(&client, "late-write").await?;
+    let (proxy_a, kc_a) = proxied(&format!("{}-a", ns.name)).await?;
+    let lease_secs = format!("{LEASE_SECS}s");
+    let args = |id: &'static str| {
+        let mut a = vec![
+            "--namespace",
+            &ns.name,
+            "--leader-elect",
+            "--lease-namespace",
+        ];
+        a.extend([
+            ns.name.as_str(),
+            "--instance",
+            id,
+            "--lease-duration",
+            &lease_secs,
+        ]);
+        a.extend(["--renew-deadline", "3s", "--retry-period", "1s"]);
+        a.extend(["--finish-after", "20s", "--series-window", "20s"]);
+        // A heartbeat every second: the leader always has an update on its way.
+        a.extend(["--heartbeat-interval", "1s", "--first-refresh", "0"]);
+        a.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+    let launch = |kc: &std::path::Path, id: &'static str| {
+        let a = args(id);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        OPERATOR.launch(kc, &format!("{}-{id}", ns.name), &a)
+    };
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
+    let mut a = launch(&kc_a, "a")?;
+    wait_leading(&leases, "a", Duration::from_secs(30), Some(&mut a)).await?;
+    let b = launch(kubeconfig(), "b")?;
+    let loops = storm(&ns.name, &format!("{}-storm", ns.name), 3, 45, 7)?;
+    wait_for(&client, &ns.name, "the loops' series", |o| o.len() == 3).await?;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+
+    proxy_a.forward_no_resets();
+    proxy_a.set_latency(Duration::from_secs(12));
+    let (status, _) = a
+        .wait_exit(Duration::from_secs(40))?
+        .ok_or_else(|| anyhow::anyhow!("the slowed leader did not exit"))?;
+    assert_eq!(status.code(), Some(1), "the slowed leader exits 1");
+    wait_leading(&leases, "b", Duration::from_secs(30), None).await?;
+    // Until every update a held has reached the API server (12 s after it was sent).
+    tokio::time::sleep(Duration::from_secs(20)).await;
+
+    let writes = audit::writes(kubeconfig(), &ns.name)?;
+    let series = |w: &&audit::Write| w.resource == "events" && w.verb == "patch";
+    let b_first = writes
+        .iter()
+        .filter(series)
+        .filter(|w| w.user_agent.contains(&audit::agent_of("b")) && w.code / 100 == 2)
+        .map(|w| w.received)
+        .min()
+        .ok_or_else(|| anyhow::anyhow!("the new leader updated no series object"))?;
+    let late: Vec<_> = writes
+        .iter()
+        .filter(series)
+        .filter(|w| w.user_agent.contains(&audit::agent_of("a")) && w.received > b_first)
+        .collect();
+    assert!(
+        !late.is_empty(),
+        "no update of the old leader reached the API server after the new leader's first: the \
+         scenario did not happen (proxy a: {:?})",
+        proxy_a.stats()
+    );
+    let landed: Vec<_> = late.iter().filter(|w| w.code / 100 == 2).collect();
+    assert!(
+        landed.is_empty(),
+        "updates of the deposed leader landed after the new leader wrote: {landed:#?}"
+    );
+    assert!(late.iter().all(|w| w.code == 409), "{late:#?}");
+    println!(
+        "{} late updates of the deposed leader, all refused with 409",
+        late.len()
+    );
+
+    let truth = loops.wait()?;
+    exact(&client, &ns.name, &truth).await?;
+    drop(b);
+    ns.cleanup().await
+}
