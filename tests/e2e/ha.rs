@@ -4,7 +4,7 @@
 use crate::OPERATOR;
 use crate::operator::{count, emit, state, wait_for};
 use anyhow::{Result, bail};
-use event_series_test_support::cluster::{TestNamespace, client, kubeconfig};
+use event_series_test_support::cluster::{TestNamespace, client, kubeconfig, kubectl};
 use event_series_test_support::node::metric_sum;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
@@ -304,5 +304,158 @@ async fn a_deposed_leaders_late_write_is_refused_by_the_api_server() -> Result<(
     let truth = loops.wait()?;
     exact(&client, &ns.name, &truth).await?;
     drop(b);
+    ns.cleanup().await
+}
+
+/// Alerts through a hand-over at scale: 2,000 loops alerting (500 at once by `--max-alerts`, the
+/// oldest loops first), the leader killed (SIGKILL) with the default lease timings. The warm
+/// standby writes within the lease duration + 5 s of the kill (a loop that starts at the kill is
+/// owed a create), and posts the same 500 alerts before any expires: the webhook gets one firing
+/// notification per alerting loop and nothing resolved, and Alertmanager holds the same set.
+#[tokio::test]
+async fn thousands_of_alerting_loops_go_through_a_hand_over_without_a_second_notification()
+-> Result<()> {
+    use crate::network::wait_leading;
+    use event_series_test_support::alertmanager::{Alertmanager, Webhook};
+    use event_series_test_support::cluster::apply_on;
+    use event_series_test_support::raw::{create_all, kubelet_backoff};
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    use std::collections::BTreeMap;
+    const LOOPS: usize = 2_000;
+    const ALERTS: usize = 500;
+    let client = client().await?;
+    let ns = TestNamespace::new(&client, "alert-scale").await?;
+    let hook = Webhook::start()?;
+    let am = Alertmanager::start(&hook, &ns.name)?;
+    let policy = format!("handover-{}", ns.name);
+    apply_on(
+        kubeconfig(),
+        &format!(
+            "apiVersion: eventseries.dev/v1alpha1\nkind: EventSeriesPolicy\nmetadata:\n  name: {policy}\n\
+             spec:\n  namespaceSelector:\n    matchLabels: {{kubernetes.io/metadata.name: {}}}\n  \
+             finishAfter: 5m\n  seriesWindow: 5m\n  firstRefresh: \"0\"\n  heartbeatInterval: 1h\n  \
+             alert:\n    minCount: 2\n",
+            ns.name
+        ),
+        &[],
+    )?;
+    let url = am.url();
+    let launch = |id: &'static str| {
+        let args = [
+            "--namespace",
+            &ns.name,
+            "--leader-elect",
+            "--lease-namespace",
+            &ns.name,
+            "--instance",
+            id,
+            "--alertmanager-url",
+            &url,
+            "--alert-resend-interval",
+            "5s",
+            "--max-alerts",
+            "500",
+            "--max-alerts-per-namespace",
+            "2000",
+            "--qps",
+            "500",
+            "--burst",
+            "500",
+        ];
+        OPERATOR.launch(kubeconfig(), &format!("{}-{id}", ns.name), &args)
+    };
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
+    let a = launch("a")?;
+    wait_leading(&leases, "a", Duration::from_secs(40), None).await?;
+    let b = launch("b")?;
+    let raw: Api<CoreEvent> = Api::namespaced(client.clone(), &ns.name);
+    let loops = (0..LOOPS).map(|i| {
+        let pod = format!("web-{i:04}");
+        kubelet_backoff(&ns.name, &format!("{pod}.raw"), &pod, 2)
+    });
+    create_all(&raw, loops, 16).await?;
+    let per_loop = |hook: &Webhook| {
+        let mut by_loop = BTreeMap::<String, (usize, usize)>::new();
+        for (status, alert) in hook.alerts_with(&[("namespace", &ns.name)]) {
+            let series = alert["labels"]["series"].as_str().unwrap_or("").to_owned();
+            let n = by_loop.entry(series).or_default();
+            if status == "firing" {
+                n.0 += 1;
+            } else {
+                n.1 += 1;
+            }
+        }
+        by_loop
+    };
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while per_loop(&hook).len() < ALERTS {
+        if Instant::now() > deadline {
+            bail!("{} loops notified of {ALERTS}", per_loop(&hook).len());
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    // The standby is warm before the kill.
+    while b.get("/readyz").map(|r| r.0) != Some(200) {
+        if Instant::now() > deadline {
+            bail!("the standby never became Ready");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let before = per_loop(&hook);
+
+    a.kill9()?;
+    let killed = Instant::now();
+    create_all(&raw, [kubelet_backoff(&ns.name, "late.raw", "late", 2)], 1).await?;
+    let first_write = loop {
+        let (_, scrape) = b.get("/metrics").unwrap_or_default();
+        let writes: f64 = ["create", "patch"]
+            .iter()
+            .map(|verb| {
+                metric_sum(
+                    &scrape,
+                    "event_series_api_requests_total",
+                    &[&format!("verb=\"{verb}\""), "code=\"201\""],
+                ) + metric_sum(
+                    &scrape,
+                    "event_series_api_requests_total",
+                    &[&format!("verb=\"{verb}\""), "code=\"200\""],
+                )
+            })
+            .sum();
+        if writes > 0.0 {
+            break killed.elapsed();
+        }
+        if killed.elapsed() > Duration::from_secs(60) {
+            bail!("the standby wrote nothing within 60 s of the kill");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    println!("the standby's first series write answered {first_write:?} after the kill");
+    assert!(
+        first_write <= Duration::from_secs(20),
+        "first write {first_write:?} after the kill: beyond the lease duration (15 s) + 5 s"
+    );
+    // Past the alerts' validity (four resend intervals): a lapse would have been notified.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let after = per_loop(&hook);
+    assert_eq!(before.len(), ALERTS, "{} loops notified", before.len());
+    let again: Vec<_> = after.iter().filter(|(_, n)| **n != (1, 0)).collect();
+    assert!(
+        again.is_empty() && after.len() == ALERTS,
+        "{} loops notified again or resolved (of {}): {:?}",
+        again.len(),
+        after.len(),
+        again.iter().take(5).collect::<Vec<_>>()
+    );
+    let held = am
+        .alerts()?
+        .into_iter()
+        .filter(|a| {
+            a["labels"]["namespace"] == ns.name.as_str() && a["status"]["state"] == "active"
+        })
+        .count();
+    assert_eq!(held, ALERTS, "the same alerts active in Alertmanager");
+    drop(b);
+    kubectl(&["delete", "eventseriespolicy", &policy])?;
     ns.cleanup().await
 }
