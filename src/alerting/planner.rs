@@ -173,8 +173,16 @@ impl Planner {
                 // Already firing stays so, even quiet for finishAfter: its finish resolves it.
                 Some(f) if f.first == view.first => {
                     f.scan = scan;
-                    if resend_all {
-                        f.alert = Loop::of_view(&view).firing(rule, until, now);
+                    let renamed = f.alert.labels.get("alertname").map(String::as_str)
+                        != Some(&*rule.alertname);
+                    if resend_all || renamed {
+                        let alert = Loop::of_view(&view).firing(rule, until, now);
+                        let before = std::mem::replace(&mut f.alert, alert);
+                        if renamed {
+                            // The policy's alertname changed: the alert under the old one is
+                            // another alert to Alertmanager, resolved now rather than left to lapse.
+                            out.push(resolved(before, now));
+                        }
                         out.push(f.alert.clone());
                     }
                 }
@@ -453,6 +461,41 @@ mod tests {
         again.sort();
         first.sort();
         assert_eq!(again, first);
+    }
+
+    #[test]
+    fn a_new_alertname_resolves_the_alert_under_the_old_one_at_once() {
+        let mut e = engine(2);
+        let at = |s: i64| t0() + TimeDelta::seconds(s);
+        e.observe(at(0), &observation_in("shop", "web-0", 2));
+        e.tick(at(1));
+        let mut p = Planner::new(TimeDelta::minutes(1), limits(100));
+        let first = p.scan(&e, at(2));
+        assert_eq!(first.len(), 1);
+        e.set_policies(
+            at(3),
+            event_series_core::settings::PolicySet::uniform(Settings {
+                alert: Some(Arc::new(AlertRule {
+                    min_count: 2,
+                    alertname: "ShopLoop".into(),
+                    ..AlertRule::default()
+                })),
+                first_refresh: TimeDelta::zero(),
+                ..Settings::default()
+            }),
+        );
+        let then = p.scan(&e, at(4));
+        let old: Vec<&Alert> = then
+            .iter()
+            .filter(|a| a.labels == first[0].labels)
+            .collect();
+        assert!(old.len() == 1 && old[0].is_resolved(at(4)), "{then:#?}");
+        let new: Vec<&Alert> = then
+            .iter()
+            .filter(|a| a.labels["alertname"] == "ShopLoop")
+            .collect();
+        assert!(new.len() == 1 && !new[0].is_resolved(at(4)), "{then:#?}");
+        assert_eq!(p.firing(), 1);
     }
 
     /// A loop of Pod `name` in `ns` first seen counting `count` occurrences, the last at `at`.

@@ -104,7 +104,14 @@ mod tests {
             "ok\\u{e0041}\\u{e0042}\\u{e007f}"
         );
         assert_eq!(visible("a\u{fe0f}b\u{e0100}"), "a\\u{fe0f}b\\u{e0100}");
-        for c in ['\u{600}', '\u{110bd}', '\u{13430}', '\u{1d173}', '\u{2066}', '\u{34f}'] {
+        for c in [
+            '\u{600}',
+            '\u{110bd}',
+            '\u{13430}',
+            '\u{1d173}',
+            '\u{2066}',
+            '\u{34f}',
+        ] {
             assert_eq!(visible(&c.to_string()), format!("\\u{{{:x}}}", c as u32));
         }
         // Hangul fillers render as blanks: default-ignorable.
@@ -117,7 +124,10 @@ mod tests {
         assert_eq!(inert("<!channel>", 100), "＜!channel＞");
         assert_eq!(inert("<https://x|Fix>", 100), "＜https://x｜Fix＞");
         assert_eq!(inert("[Fix](https://x)", 100), "［Fix］(https://x)");
-        assert_eq!(inert("*a* _b_ ~c~ `d` &amp; #h @here", 100), "＊a＊ ＿b＿ ～c～ ｀d｀ ＆amp; ＃h ＠here");
+        assert_eq!(
+            inert("*a* _b_ ~c~ `d` &amp; #h @here", 100),
+            "＊a＊ ＿b＿ ～c～ ｀d｀ ＆amp; ＃h ＠here"
+        );
         assert_eq!(inert("BackOff web-0.1", 100), "BackOff web-0.1");
         // Controls as codes, never caret notation (`^[` would open a link text).
         assert_eq!(inert("\u{1b}x\u{1d}(u)", 100), "\\u{1b}x\\u{1d}(u)");
@@ -199,7 +209,14 @@ mod tests {
              EVENT_SERIES_REGENERATE=1 cargo test --lib invisible_table"
         );
         assert_eq!(INVISIBLE.len(), from_unicode_data().len());
-        for c in ['\u{e0041}', '\u{fe0f}', '\u{200d}', '\u{2028}', '\u{85}', '\u{ad}'] {
+        for c in [
+            '\u{e0041}',
+            '\u{fe0f}',
+            '\u{200d}',
+            '\u{2028}',
+            '\u{85}',
+            '\u{ad}',
+        ] {
             assert!(hidden(c), "{c:?}");
         }
         for c in ['a', ' ', 'é', '日', '\u{a0}', '\u{3000}', '\u{1f600}'] {

@@ -118,7 +118,10 @@ async fn a_tenants_markup_and_tag_characters_reach_chat_and_terminal_as_text() -
     let rendered = render_slack(&notification);
     println!("rendered:\n{rendered}");
     let bad = markup_or_hidden(&rendered);
-    assert!(bad.is_empty(), "markup reached the chat: {bad:?} in {rendered}");
+    assert!(
+        bad.is_empty(),
+        "markup reached the chat: {bad:?} in {rendered}"
+    );
     for shown in [
         "＜!channel＞",
         "［Fix］(https://evil.example/x)",
@@ -134,9 +137,15 @@ async fn a_tenants_markup_and_tag_characters_reach_chat_and_terminal_as_text() -
         .chars()
         .filter(|c| ('\u{e0000}'..='\u{e0fff}').contains(c))
         .collect();
-    assert!(raw_tags.is_empty(), "tag characters printed raw: {raw_tags:?}");
+    assert!(
+        raw_tags.is_empty(),
+        "tag characters printed raw: {raw_tags:?}"
+    );
     let row = wide.lines().nth(1).context("a row")?;
-    assert!(row.contains(REASON), "the terminal shows the reason as it is: {row}");
+    assert!(
+        row.contains(REASON),
+        "the terminal shows the reason as it is: {row}"
+    );
     assert!(
         row.contains("\\u{e0054}\\u{e0041}\\u{e0047}\\u{e007f}"),
         "the tag characters shown: {row}"
