@@ -8,7 +8,7 @@ use event_series_core::alert::AlertRule;
 use event_series_core::engine::{Engine, LoopView};
 use event_series_core::intent::Snapshot;
 use event_series_core::key::KeyId;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// An alert posted as firing, kept to resolve it if its loop vanishes unwritten (a deleted
@@ -44,6 +44,10 @@ pub struct Planner {
     over_limit: usize,
     /// A scan has seen the engine with its whole input (the first list of raw events replayed).
     complete: bool,
+    /// Until then: the loops (key and start) that the previous leader may have alerted, those its
+    /// policy selects ranked within the caps, as the last scan found them. A finish resolves only
+    /// these (or what this leader posted): a loop over the caps never alerted.
+    handover: HashSet<(KeyId, DateTime<Utc>)>,
 }
 
 /// Which loops not firing yet a scan lets begin alerting.
@@ -96,6 +100,7 @@ impl Planner {
             next_resend: None,
             over_limit: 0,
             complete: false,
+            handover: HashSet::new(),
         }
     }
 
@@ -112,6 +117,7 @@ impl Planner {
     /// resolved, and those a higher-ranked loop preempts, resolved.
     pub fn scan(&mut self, engine: &Engine, now: DateTime<Utc>) -> Vec<Alert> {
         self.complete = true;
+        self.handover = HashSet::new();
         self.plan(engine, now, Admit::Live)
     }
 
@@ -125,7 +131,30 @@ impl Planner {
         } else {
             Admit::Nothing
         };
+        self.handover = self.within_caps(engine);
         self.plan(engine, now, admit)
+    }
+
+    /// Every loop a policy selects that ranks within the caps (as [`Planner::rank`] takes them):
+    /// what a leader with the engine's view would have alerted.
+    fn within_caps(&self, engine: &Engine) -> HashSet<(KeyId, DateTime<Utc>)> {
+        let mut all = Vec::new();
+        engine.for_each_loop(|view| {
+            if view.alert().is_some() {
+                all.push((view.first, view.id, Arc::<str>::from(view.namespace)));
+            }
+        });
+        all.sort_unstable_by_key(|(first, id, _)| (*first, *id));
+        let mut per_namespace: HashMap<Arc<str>, usize> = HashMap::new();
+        let mut taken = HashSet::new();
+        for (first, id, ns) in all {
+            let held = per_namespace.entry(ns).or_insert(0);
+            if taken.len() < self.limits.max && *held < self.limits.max_per_namespace {
+                *held += 1;
+                taken.insert((id, first));
+            }
+        }
+        taken
     }
 
     fn plan(&mut self, engine: &Engine, now: DateTime<Utc>, admit: Admit) -> Vec<Alert> {
@@ -284,8 +313,8 @@ impl Planner {
     /// A series written Finished (quiet, a gap or evicted) at `at`: its alert resolved, carrying
     /// the final count. Alerted by this leader: exactly what it posted. Otherwise only before this
     /// leader's first scan of its whole input (a loop that ended while the Lease changed hands,
-    /// which the previous leader may have alerted), if its policy's `rule` selects it; resolving
-    /// an alert Alertmanager does not hold as firing notifies no one.
+    /// which the previous leader may have alerted), if its policy's `rule` selects it and it
+    /// ranked within the caps at the last scan: a loop that never alerted is never resolved.
     pub fn ended(
         &mut self,
         s: &Snapshot,
@@ -301,7 +330,7 @@ impl Planner {
                 alert.annotations = lp.annotations();
                 Some(alert)
             }
-            _ if !self.complete => rule
+            _ if !self.complete && self.handover.contains(&(s.id, s.first)) => rule
                 .filter(|r| lp.selected_by(r))
                 .map(|r| lp.resolved(r, at)),
             _ => None,
@@ -681,6 +710,10 @@ mod tests {
         // One firing already, its finish held back by the input clock: it stays firing.
         let mut firing = Planner::new(TimeDelta::minutes(1), limits(100));
         assert_eq!(firing.scan(&e, at(10)).len(), 1);
+        // A new leader that restored the loop before the raw list (its object below the caps).
+        let mut fresh = Planner::new(TimeDelta::minutes(1), limits(100));
+        fresh.scan_restored(&e, at(11));
+        let mut before_its_scan = Planner::new(TimeDelta::minutes(1), limits(100));
         let later = firing.scan(&e, at(6 * 60 + 1));
         assert!(
             later.iter().all(|a| !a.is_resolved(at(6 * 60 + 1))),
@@ -696,11 +729,45 @@ mod tests {
         let rule = e.alert_rule("shop").cloned();
         assert_eq!(p.ended(&finish.series, rule.as_deref(), finish.due), None);
         // A new leader's first look: a loop that ended during the handover is resolved.
-        let mut fresh = Planner::new(TimeDelta::minutes(1), limits(100));
         assert!(
             fresh
                 .ended(&finish.series, rule.as_deref(), finish.due)
                 .is_some()
+        );
+        // Unless it knows nothing of it: no resolved post on a guess.
+        assert_eq!(
+            before_its_scan.ended(&finish.series, rule.as_deref(), finish.due),
+            None
+        );
+    }
+
+    #[test]
+    fn a_new_leader_resolves_no_loop_that_never_alerted_over_the_caps() {
+        let now = t0() + TimeDelta::minutes(30);
+        let at = |s: i64| now + TimeDelta::seconds(s);
+        let mut e = engine(3);
+        e.begin_recovery();
+        for name in ["web-0", "web-1", "web-2"] {
+            e.restore(now, stored(name, 5, t0() + TimeDelta::minutes(10)));
+        }
+        let mut p = Planner::new(TimeDelta::minutes(1), limits(2));
+        let posted = p.scan_restored(&e, now);
+        assert_eq!(posted.len(), 2, "{posted:#?}");
+        e.end_recovery(at(1), at(1));
+        let rule = e.alert_rule("shop").cloned();
+        let resolved: Vec<Alert> = e
+            .take_intents()
+            .into_iter()
+            .filter(|i| matches!(i.kind, WriteKind::Finish(_)))
+            .filter_map(|i| p.ended(&i.series, rule.as_deref(), i.due))
+            .collect();
+        let mut posted: Vec<&str> = posted.iter().map(Alert::series).collect();
+        let mut ended: Vec<&str> = resolved.iter().map(Alert::series).collect();
+        posted.sort_unstable();
+        ended.sort_unstable();
+        assert_eq!(
+            ended, posted,
+            "the loop over the caps never alerted: no resolved post"
         );
     }
 }
