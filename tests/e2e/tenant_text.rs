@@ -16,11 +16,11 @@ use serde_json::Value;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// A Slack mention, a Slack link with hidden target text, a Markdown link, a Discord mention and
-/// "TAG" in tag characters (invisible in every renderer), closed by a cancel tag.
+/// A Slack mention; "TAG" in tag characters (invisible in every renderer) closed by a cancel tag,
+/// then a Markdown link, a Slack link with hidden target text, a Discord mention and emphasis.
 const REASON: &str = "<!channel>";
-const NOTE: &str = "see [Fix](https://evil.example/x) or <https://evil.example|Fix> @everyone \
-                    *now*\u{e0054}\u{e0041}\u{e0047}\u{e007f} done";
+const NOTE: &str = "\u{e0054}\u{e0041}\u{e0047}\u{e007f}see [Fix](https://evil.example/x) or \
+                    <https://evil.example|Fix> @everyone *now*";
 
 /// The receiver template of docs/ALERTS.md (`title` and `text` of its `slack_configs`), applied
 /// to one webhook notification the way Alertmanager's templates would.
@@ -127,7 +127,8 @@ async fn a_tenants_markup_and_tag_characters_reach_chat_and_terminal_as_text() -
         "［Fix］(https://evil.example/x)",
         "＜https://evil.example｜Fix＞",
         "＠everyone",
-        "＊now＊\\u{e0054}\\u{e0041}\\u{e0047}\\u{e007f} done",
+        "\\u{e0054}\\u{e0041}\\u{e0047}\\u{e007f}see ［Fix］",
+        "＊now＊",
     ] {
         assert!(rendered.contains(shown), "{shown} in {rendered}");
     }
