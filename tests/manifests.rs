@@ -647,7 +647,10 @@ fn sums_of_engine_families_count_only_the_leaders_series() {
         .filter(|e| e.contains("sum") && ENGINE_FAMILIES.iter().any(|f| e.contains(f)))
         .filter(|e| !e.contains("and on(instance) (event_series_leader == 1)"))
         .collect();
-    assert!(doubled.is_empty(), "summed over leader and standby: {doubled:#?}");
+    assert!(
+        doubled.is_empty(),
+        "summed over leader and standby: {doubled:#?}"
+    );
 }
 
 /// `EventSeriesNamespaceLooping` evaluated by promtool on two replicas that both export 25
