@@ -293,6 +293,10 @@ pub struct AlertArgs {
         requires = "username"
     )]
     pub password_file: Option<PathBuf>,
+    /// Send the bearer token or basic-auth password to http:// Alertmanager URLs too (warned about
+    /// at start). Without it, credentials with an http:// URL refuse the start.
+    #[arg(long = "alertmanager-allow-plaintext-credentials")]
+    pub allow_plaintext_credentials: bool,
     /// How often every firing alert is posted again; each post is valid for four of these, so an
     /// alert whose loop's leader died stays firing through the failover.
     /// At least 5s (the loops are scanned every 5 s). Keep four of these longer than a failover
@@ -307,6 +311,11 @@ pub struct AlertArgs {
     /// Most loops of one namespace alerting at once, so that one tenant cannot take every alert.
     #[arg(long = "max-alerts-per-namespace", default_value_t = 100)]
     pub max_per_namespace: usize,
+    /// Most bytes of alerts waiting for delivery (while Alertmanager is down or slow); when they are
+    /// full, the namespace holding the most of them gives up its newest (counted in
+    /// event_series_alerts_sent_total{outcome="dropped"}). A number of bytes, or with Ki, Mi or Gi.
+    #[arg(long = "alert-outbox-bytes", default_value = "32Mi", value_parser = paging::parse_bytes)]
+    pub outbox_bytes: usize,
 }
 
 /// `--alert-resend-interval`: at least the scan interval of 5 s.
@@ -331,12 +340,14 @@ impl AlertArgs {
                 username: self.username.clone(),
                 password_file: self.password_file.clone(),
                 timeout,
+                allow_plaintext_credentials: self.allow_plaintext_credentials,
             },
             resend: self.resend,
             limits: Limits {
                 max: self.max,
                 max_per_namespace: self.max_per_namespace,
             },
+            outbox_bytes: self.outbox_bytes,
         })
     }
 }

@@ -602,6 +602,106 @@ fn the_alert_rules_pass_promtool() {
     assert!(out.contains("SUCCESS: 13 rules found"), "{out}");
 }
 
+/// Families a warm standby exports as well as the leader (its engine is current): summed over
+/// the replicas they count every loop twice.
+const ENGINE_FAMILIES: [&str; 9] = [
+    "event_series_occurrences_total",
+    "event_series_series_active",
+    "event_series_series_started_total",
+    "event_series_series_finished_total",
+    "event_series_series_reopened_total",
+    "event_series_series_evicted_total",
+    "event_series_dropped_total",
+    "event_series_loops",
+    "event_series_fields_truncated_total",
+];
+
+/// Every PromQL expression of the rules and of the dashboard's panels.
+fn expressions() -> Vec<String> {
+    let mut exprs: Vec<String> = rule_spec()["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+        .filter_map(|r| r["expr"].as_str().map(str::to_owned))
+        .collect();
+    let text = std::fs::read_to_string(repo_root().join("config/grafana/event-series.json"))
+        .unwrap_or_default();
+    let dash: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    for panel in dash["panels"].as_array().into_iter().flatten() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            exprs.extend(target["expr"].as_str().map(str::to_owned));
+        }
+    }
+    exprs
+}
+
+/// A sum over the replicas of an engine family counts only the leader's series, so that a warm
+/// standby does not double what the rules and panels show.
+#[test]
+fn sums_of_engine_families_count_only_the_leaders_series() {
+    let exprs = expressions();
+    assert!(exprs.len() >= 20, "{exprs:?}");
+    let doubled: Vec<&String> = exprs
+        .iter()
+        .filter(|e| e.contains("sum") && ENGINE_FAMILIES.iter().any(|f| e.contains(f)))
+        .filter(|e| !e.contains("and on(instance) (event_series_leader == 1)"))
+        .collect();
+    assert!(
+        doubled.is_empty(),
+        "summed over leader and standby: {doubled:#?}"
+    );
+}
+
+/// `EventSeriesNamespaceLooping` evaluated by promtool on two replicas that both export 25
+/// Warning loops of one namespace, one of them leading: 25, not 50.
+#[test]
+fn a_warm_standby_does_not_double_the_namespace_looping_rule() {
+    let Some(promtool) = tool("target/tools/bin/promtool") else {
+        return;
+    };
+    let expr = rule_spec()["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+        .find(|r| r["alert"] == "EventSeriesNamespaceLooping")
+        .and_then(|r| r["expr"].as_str().map(str::to_owned))
+        .expect("the rule");
+    let dir = std::env::temp_dir().join(format!("event-series-rule-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let loops = |instance: &str| {
+        format!(
+            "event_series_loops{{instance=\"{instance}\",namespace=\"shop\",reason=\"BackOff\",\
+             state=\"Ongoing\",type=\"Warning\"}}"
+        )
+    };
+    let test = serde_json::json!({
+        "rule_files": [],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                {"series": loops("10.0.0.1:8443"), "values": "25x20"},
+                {"series": loops("10.0.0.2:8443"), "values": "25x20"},
+                {"series": "event_series_leader{instance=\"10.0.0.1:8443\"}", "values": "1x20"},
+                {"series": "event_series_leader{instance=\"10.0.0.2:8443\"}", "values": "0x20"},
+            ],
+            "promql_expr_test": [{
+                "expr": expr,
+                "eval_time": "10m",
+                "exp_samples": [{"labels": "{namespace=\"shop\"}", "value": 25}],
+            }],
+        }],
+    });
+    let path = dir.join("test.yaml");
+    std::fs::write(&path, serde_yaml_ng::to_string(&test).unwrap_or_default()).expect("the test");
+    let out = run(&promtool, &["test", "rules", &path.to_string_lossy()]);
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("{out}");
+    assert!(out.contains("SUCCESS"), "{out}");
+}
+
 /// Every `event_series_*` name in the rules and the dashboard is one the operator exports (its
 /// registry as `/metrics` encodes it; `e2e::observability` checks a running operator's scrape).
 #[test]

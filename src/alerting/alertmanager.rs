@@ -31,6 +31,38 @@ pub struct Target {
     pub password_file: Option<PathBuf>,
     /// Deadline of one post.
     pub timeout: Duration,
+    /// Send the credentials to `http://` URLs too (`--alertmanager-allow-plaintext-credentials`).
+    pub allow_plaintext_credentials: bool,
+}
+
+impl Target {
+    /// Credentials over plain HTTP go to whoever can read the network between the operator and
+    /// Alertmanager: refused unless explicitly allowed, and then warned about at every start.
+    fn check_plaintext(&self, endpoints: &[Uri]) -> anyhow::Result<()> {
+        let credentials = self.bearer_token_file.is_some() || self.username.is_some();
+        let plain: Vec<String> = endpoints
+            .iter()
+            .filter(|u| u.scheme_str() == Some("http"))
+            .filter_map(|u| u.authority().map(ToString::to_string))
+            .collect();
+        if !credentials || plain.is_empty() {
+            return Ok(());
+        }
+        if !self.allow_plaintext_credentials {
+            anyhow::bail!(
+                "--alertmanager-url {}: plain http:// would send the Alertmanager credentials \
+                 unencrypted; use https:// (with --alertmanager-ca-file for a private CA), or pass \
+                 --alertmanager-allow-plaintext-credentials to send them anyway",
+                plain.join(",")
+            );
+        }
+        tracing::warn!(
+            alertmanagers = %plain.join(","),
+            "INSECURE: Alertmanager credentials are sent over plain HTTP \
+             (--alertmanager-allow-plaintext-credentials); anyone on the path can read them"
+        );
+        Ok(())
+    }
 }
 
 /// Why a post to one Alertmanager failed.
@@ -81,6 +113,7 @@ impl Alertmanagers {
             .iter()
             .map(|u| endpoint(u))
             .collect::<anyhow::Result<Vec<_>>>()?;
+        target.check_plaintext(&endpoints)?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -291,6 +324,7 @@ mod tests {
         let am = Alertmanagers::new(Target {
             urls: vec!["http://127.0.0.1:9".into()],
             bearer_token_file: Some(token.clone()),
+            allow_plaintext_credentials: true,
             ..Target::default()
         })
         .unwrap();
@@ -304,6 +338,7 @@ mod tests {
             urls: vec!["http://127.0.0.1:9".into()],
             username: Some("ops".into()),
             password_file: Some(token),
+            allow_plaintext_credentials: true,
             ..Target::default()
         })
         .unwrap();
@@ -312,5 +347,34 @@ mod tests {
             Some("Basic b3BzOnJvdGF0ZWQ=")
         );
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn credentials_over_plain_http_refuse_the_start_unless_allowed() {
+        let target = Target {
+            urls: vec!["https://am-a:9093".into(), "http://am-b:9093".into()],
+            bearer_token_file: Some("/dev/null".into()),
+            ..Target::default()
+        };
+        let refused = Alertmanagers::new(target.clone())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            refused.contains("am-b:9093") && refused.contains("plaintext"),
+            "{refused}"
+        );
+        assert!(
+            Alertmanagers::new(Target {
+                allow_plaintext_credentials: true,
+                ..target.clone()
+            })
+            .is_ok()
+        );
+        let without_credentials = Target {
+            bearer_token_file: None,
+            ..target
+        };
+        assert!(Alertmanagers::new(without_credentials).is_ok());
     }
 }

@@ -18,6 +18,8 @@ pub struct AlertConfig {
     /// How often every firing alert is posted again.
     pub resend: TimeDelta,
     pub limits: Limits,
+    /// Most bytes of alerts waiting for delivery (`--alert-outbox-bytes`).
+    pub outbox_bytes: usize,
 }
 
 /// Most alerts waiting for delivery.
@@ -37,7 +39,7 @@ impl Delivery {
         health: Arc<Health>,
     ) -> anyhow::Result<Delivery> {
         let to = Alertmanagers::new(config.target.clone())?;
-        let outbox = Arc::new(Outbox::new(OUTBOX));
+        let outbox = Arc::new(Outbox::new(OUTBOX, config.outbox_bytes));
         let delivery = tokio::spawn(outbox.clone().deliver(to, metrics.clone(), health));
         Ok(Delivery {
             planner: Planner::new(config.resend, config.limits),
@@ -48,8 +50,9 @@ impl Delivery {
     }
 
     fn offer(&self, alert: super::Alert) {
-        if !self.outbox.offer(alert) {
-            self.metrics.alerts_sent("dropped", 1);
+        let given_up = self.outbox.offer(alert);
+        if given_up > 0 {
+            self.metrics.alerts_sent("dropped", given_up as u64);
         }
     }
 

@@ -54,7 +54,7 @@ pub use delivery::{AlertConfig, Delivery};
 pub use planner::{Limits, Planner};
 
 use crate::object::object_name;
-use crate::reading::escape::visible;
+use crate::reading::escape::{inert, visible};
 use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
 use event_series_core::alert::AlertRule;
 use event_series_core::engine::LoopView;
@@ -74,6 +74,10 @@ pub enum Input {
 
 /// Most characters of the note in an alert's annotations.
 const NOTE_CHARS: usize = 256;
+
+/// Most characters of one field (a name, a reason) in an alert's summary: enough for every field
+/// the events.k8s.io API accepts (reasons of 128, names of 253), escapes included.
+const TEXT_CHARS: usize = 512;
 
 /// One alert as Alertmanager's `POST /api/v2/alerts` takes it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -154,20 +158,23 @@ impl<'a> Loop<'a> {
         labels
     }
 
+    /// What a human reads: every text a tenant wrote made inert for the receivers' markup
+    /// ([`inert`]: no mention, link, emphasis or hidden character of theirs takes effect),
+    /// unlike the labels, which identify the alert and keep the values.
     pub(super) fn annotations(&self) -> BTreeMap<&'static str, String> {
         let k = self.key;
         let m = k.mapped();
         let lasted = self.last - self.first;
         let mut a = BTreeMap::new();
-        let note: String = visible(self.note).chars().take(NOTE_CHARS).collect();
+        let text = |t: &str| inert(t, TEXT_CHARS);
         a.insert(
             "summary",
             format!(
                 "{} {}/{}: {} {} times in {}",
-                visible(self.namespace),
-                visible(k.regarding.kind),
-                visible(k.regarding.name),
-                visible(m.reason),
+                text(self.namespace),
+                text(k.regarding.kind),
+                text(k.regarding.name),
+                text(m.reason),
                 self.count,
                 human(lasted)
             ),
@@ -185,7 +192,7 @@ impl<'a> Loop<'a> {
             let per_minute = self.count as f64 * 60.0 / lasted.num_seconds() as f64;
             a.insert("rate_per_minute", format!("{per_minute:.1}"));
         }
-        a.insert("description", note);
+        a.insert("description", inert(self.note, NOTE_CHARS));
         a
     }
 
@@ -282,10 +289,27 @@ mod tests {
         );
         assert_eq!(a.annotations["rate_per_minute"], "0.9");
         assert!(!a.annotations["description"].contains('\u{1b}'));
-        assert!(a.annotations["description"].contains("^[[2J"));
+        assert!(a.annotations["description"].contains("\\u{1b}［2J"));
         let r = lp(&k, 5).resolved(&rule, now);
         assert!(r.is_resolved(now) && !a.is_resolved(now - TimeDelta::seconds(1)));
         assert_eq!(r.labels, a.labels);
+    }
+
+    #[test]
+    fn tenant_text_is_inert_in_annotations_and_exact_in_labels() {
+        let k = key("<!channel>");
+        let mut l = lp(&k, 5);
+        l.note = "[Fix](https://x) <https://x|Fix> ok\u{e0041}";
+        let a = l.firing(&AlertRule::default(), l.last, l.last);
+        assert_eq!(a.labels["reason"], "<!channel>");
+        assert_eq!(
+            a.annotations["summary"],
+            "shop Pod/web-0: ＜!channel＞ 5 times in 5m30s"
+        );
+        assert_eq!(
+            a.annotations["description"],
+            "［Fix］(https://x) ＜https://x｜Fix＞ ok\\u{e0041}"
+        );
     }
 
     #[test]

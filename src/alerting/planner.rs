@@ -8,7 +8,7 @@ use event_series_core::alert::AlertRule;
 use event_series_core::engine::{Engine, LoopView};
 use event_series_core::intent::Snapshot;
 use event_series_core::key::KeyId;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// An alert posted as firing, kept to resolve it if its loop vanishes unwritten (a deleted
@@ -44,6 +44,10 @@ pub struct Planner {
     over_limit: usize,
     /// A scan has seen the engine with its whole input (the first list of raw events replayed).
     complete: bool,
+    /// Until then: the loops (key and start) that the previous leader may have alerted, those its
+    /// policy selects ranked within the caps, as the last scan found them. A finish resolves only
+    /// these (or what this leader posted): a loop over the caps never alerted.
+    handover: HashSet<(KeyId, DateTime<Utc>)>,
 }
 
 /// Which loops not firing yet a scan lets begin alerting.
@@ -96,6 +100,7 @@ impl Planner {
             next_resend: None,
             over_limit: 0,
             complete: false,
+            handover: HashSet::new(),
         }
     }
 
@@ -112,6 +117,7 @@ impl Planner {
     /// resolved, and those a higher-ranked loop preempts, resolved.
     pub fn scan(&mut self, engine: &Engine, now: DateTime<Utc>) -> Vec<Alert> {
         self.complete = true;
+        self.handover = HashSet::new();
         self.plan(engine, now, Admit::Live)
     }
 
@@ -125,7 +131,30 @@ impl Planner {
         } else {
             Admit::Nothing
         };
+        self.handover = self.within_caps(engine);
         self.plan(engine, now, admit)
+    }
+
+    /// Every loop a policy selects that ranks within the caps (as [`Planner::rank`] takes them):
+    /// what a leader with the engine's view would have alerted.
+    fn within_caps(&self, engine: &Engine) -> HashSet<(KeyId, DateTime<Utc>)> {
+        let mut all = Vec::new();
+        engine.for_each_loop(|view| {
+            if view.alert().is_some() {
+                all.push((view.first, view.id, Arc::<str>::from(view.namespace)));
+            }
+        });
+        all.sort_unstable_by_key(|(first, id, _)| (*first, *id));
+        let mut per_namespace: HashMap<Arc<str>, usize> = HashMap::new();
+        let mut taken = HashSet::new();
+        for (first, id, ns) in all {
+            let held = per_namespace.entry(ns).or_insert(0);
+            if taken.len() < self.limits.max && *held < self.limits.max_per_namespace {
+                *held += 1;
+                taken.insert((id, first));
+            }
+        }
+        taken
     }
 
     fn plan(&mut self, engine: &Engine, now: DateTime<Utc>, admit: Admit) -> Vec<Alert> {
@@ -173,8 +202,16 @@ impl Planner {
                 // Already firing stays so, even quiet for finishAfter: its finish resolves it.
                 Some(f) if f.first == view.first => {
                     f.scan = scan;
-                    if resend_all {
-                        f.alert = Loop::of_view(&view).firing(rule, until, now);
+                    let renamed = f.alert.labels.get("alertname").map(String::as_str)
+                        != Some(&*rule.alertname);
+                    if resend_all || renamed {
+                        let alert = Loop::of_view(&view).firing(rule, until, now);
+                        let before = std::mem::replace(&mut f.alert, alert);
+                        if renamed {
+                            // The policy's alertname changed: the alert under the old one is
+                            // another alert to Alertmanager, resolved now rather than left to lapse.
+                            out.push(resolved(before, now));
+                        }
                         out.push(f.alert.clone());
                     }
                 }
@@ -276,8 +313,8 @@ impl Planner {
     /// A series written Finished (quiet, a gap or evicted) at `at`: its alert resolved, carrying
     /// the final count. Alerted by this leader: exactly what it posted. Otherwise only before this
     /// leader's first scan of its whole input (a loop that ended while the Lease changed hands,
-    /// which the previous leader may have alerted), if its policy's `rule` selects it; resolving
-    /// an alert Alertmanager does not hold as firing notifies no one.
+    /// which the previous leader may have alerted), if its policy's `rule` selects it and it
+    /// ranked within the caps at the last scan: a loop that never alerted is never resolved.
     pub fn ended(
         &mut self,
         s: &Snapshot,
@@ -293,7 +330,7 @@ impl Planner {
                 alert.annotations = lp.annotations();
                 Some(alert)
             }
-            _ if !self.complete => rule
+            _ if !self.complete && self.handover.contains(&(s.id, s.first)) => rule
                 .filter(|r| lp.selected_by(r))
                 .map(|r| lp.resolved(r, at)),
             _ => None,
@@ -453,6 +490,41 @@ mod tests {
         again.sort();
         first.sort();
         assert_eq!(again, first);
+    }
+
+    #[test]
+    fn a_new_alertname_resolves_the_alert_under_the_old_one_at_once() {
+        let mut e = engine(2);
+        let at = |s: i64| t0() + TimeDelta::seconds(s);
+        e.observe(at(0), &observation_in("shop", "web-0", 2));
+        e.tick(at(1));
+        let mut p = Planner::new(TimeDelta::minutes(1), limits(100));
+        let first = p.scan(&e, at(2));
+        assert_eq!(first.len(), 1);
+        e.set_policies(
+            at(3),
+            event_series_core::settings::PolicySet::uniform(Settings {
+                alert: Some(Arc::new(AlertRule {
+                    min_count: 2,
+                    alertname: "ShopLoop".into(),
+                    ..AlertRule::default()
+                })),
+                first_refresh: TimeDelta::zero(),
+                ..Settings::default()
+            }),
+        );
+        let then = p.scan(&e, at(4));
+        let old: Vec<&Alert> = then
+            .iter()
+            .filter(|a| a.labels == first[0].labels)
+            .collect();
+        assert!(old.len() == 1 && old[0].is_resolved(at(4)), "{then:#?}");
+        let new: Vec<&Alert> = then
+            .iter()
+            .filter(|a| a.labels["alertname"] == "ShopLoop")
+            .collect();
+        assert!(new.len() == 1 && !new[0].is_resolved(at(4)), "{then:#?}");
+        assert_eq!(p.firing(), 1);
     }
 
     /// A loop of Pod `name` in `ns` first seen counting `count` occurrences, the last at `at`.
@@ -638,6 +710,10 @@ mod tests {
         // One firing already, its finish held back by the input clock: it stays firing.
         let mut firing = Planner::new(TimeDelta::minutes(1), limits(100));
         assert_eq!(firing.scan(&e, at(10)).len(), 1);
+        // A new leader that restored the loop before the raw list (its object below the caps).
+        let mut fresh = Planner::new(TimeDelta::minutes(1), limits(100));
+        fresh.scan_restored(&e, at(11));
+        let mut before_its_scan = Planner::new(TimeDelta::minutes(1), limits(100));
         let later = firing.scan(&e, at(6 * 60 + 1));
         assert!(
             later.iter().all(|a| !a.is_resolved(at(6 * 60 + 1))),
@@ -653,11 +729,45 @@ mod tests {
         let rule = e.alert_rule("shop").cloned();
         assert_eq!(p.ended(&finish.series, rule.as_deref(), finish.due), None);
         // A new leader's first look: a loop that ended during the handover is resolved.
-        let mut fresh = Planner::new(TimeDelta::minutes(1), limits(100));
         assert!(
             fresh
                 .ended(&finish.series, rule.as_deref(), finish.due)
                 .is_some()
+        );
+        // Unless it knows nothing of it: no resolved post on a guess.
+        assert_eq!(
+            before_its_scan.ended(&finish.series, rule.as_deref(), finish.due),
+            None
+        );
+    }
+
+    #[test]
+    fn a_new_leader_resolves_no_loop_that_never_alerted_over_the_caps() {
+        let now = t0() + TimeDelta::minutes(30);
+        let at = |s: i64| now + TimeDelta::seconds(s);
+        let mut e = engine(3);
+        e.begin_recovery();
+        for name in ["web-0", "web-1", "web-2"] {
+            e.restore(now, stored(name, 5, t0() + TimeDelta::minutes(10)));
+        }
+        let mut p = Planner::new(TimeDelta::minutes(1), limits(2));
+        let posted = p.scan_restored(&e, now);
+        assert_eq!(posted.len(), 2, "{posted:#?}");
+        e.end_recovery(at(1), at(1));
+        let rule = e.alert_rule("shop").cloned();
+        let resolved: Vec<Alert> = e
+            .take_intents()
+            .into_iter()
+            .filter(|i| matches!(i.kind, WriteKind::Finish(_)))
+            .filter_map(|i| p.ended(&i.series, rule.as_deref(), i.due))
+            .collect();
+        let mut posted: Vec<&str> = posted.iter().map(Alert::series).collect();
+        let mut ended: Vec<&str> = resolved.iter().map(Alert::series).collect();
+        posted.sort_unstable();
+        ended.sort_unstable();
+        assert_eq!(
+            ended, posted,
+            "the loop over the caps never alerted: no resolved post"
         );
     }
 }

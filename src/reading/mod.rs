@@ -4,6 +4,7 @@
 //! kubeconfig and rights. [`table`] is the pure part; this module talks to the API server.
 
 pub mod escape;
+mod invisible;
 pub mod table;
 
 use crate::object::{STATE_LABEL, managed_selector};

@@ -20,6 +20,7 @@ mod ports;
 mod reading;
 mod secure_metrics;
 mod slow;
+mod tenant_text;
 mod updates;
 mod watch;
 
