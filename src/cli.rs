@@ -186,12 +186,13 @@ pub struct RunArgs {
     /// Between 1s and 1h.
     #[arg(long, default_value = "30s", value_parser = request_timeout)]
     pub request_timeout: Duration,
-    /// Most series with a write pending; beyond it intake waits for the writer.
+    /// Most series with a write pending, shared by the namespaces with writes pending: a namespace
+    /// at its share (this bound divided by their number) has its new writes shed and counted
+    /// (event_series_writes_shed_total); one under it always finds room, at the cost of the newest
+    /// write of the namespace holding the most. Intake never waits for the writer.
     #[arg(long, default_value_t = 200_000)]
     pub max_pending_writes: usize,
-    /// Most series of one namespace with a write pending; beyond it that namespace's new writes are
-    /// shed and counted (event_series_writes_shed_total), so that one namespace starting series
-    /// faster than the API server takes writes cannot stall intake for every other.
+    /// Most series of one namespace with a write pending, whatever its share.
     #[arg(long, default_value_t = 50_000)]
     pub max_pending_writes_per_namespace: usize,
     /// How far an event's own timestamp may lie from the operator's clock and still time its

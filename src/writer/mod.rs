@@ -66,11 +66,10 @@ pub struct WriterConfig {
     pub burst: u32,
     /// Writes in flight at once.
     pub concurrency: usize,
-    /// Most series with a write pending; beyond it the writer stops taking intents, which holds up
-    /// the controller (back-pressure) instead of growing without bound.
+    /// Most series with a write pending; when it is reached, the newest writes of the namespaces
+    /// holding the most are shed (counted): the writer never holds up the controller.
     pub max_pending: usize,
-    /// Most series of one namespace with a write pending; beyond it that namespace's new writes
-    /// are shed (counted), so that one namespace cannot fill `max_pending` and stall every other.
+    /// Most series of one namespace with a write pending, whatever its share of `max_pending`.
     pub max_pending_per_namespace: usize,
 }
 
@@ -85,6 +84,9 @@ impl Default for WriterConfig {
         }
     }
 }
+
+/// Most intents taken in one pass, so that a flood of them cannot keep the writer from its answers.
+const INTAKE_PASS: usize = 4096;
 
 /// How often at most the writer logs that it shed writes.
 const SHED_LOG_EVERY: Duration = Duration::from_secs(10);
@@ -275,7 +277,7 @@ impl Writer {
         {
             tracing::warn!(namespace = %shed.namespace, name = %shed.name, kind = ?shed.kind,
                 shed = self.shed.0, share = self.config.max_pending_per_namespace,
-                "the namespace holds its share of pending writes: writes shed (this one and the \
+                "pending writes full for this namespace's share: writes shed (this one and the \
                  others counted since the last line); the series' next write carries its state");
             self.shed = (0, Some(now));
         }
@@ -308,7 +310,7 @@ impl Writer {
     }
 
     /// Runs until `intents` is closed or `stop` fires, and then until every pending write is done or
-    /// `drain` has passed. `stop` is heard even while the queue is full and intents are not taken.
+    /// `drain` has passed.
     /// Reports its progress to `health` for `/readyz`.
     pub async fn run(
         mut self,
@@ -368,14 +370,16 @@ impl Writer {
                 })
             };
             let wake = deadline.map_or(wake, |d| wake.min(d));
-            let accepting = open && !self.queue.is_full();
+            // Intake never waits: a full queue sheds by share instead.
+            let accepting = open;
             tokio::select! {
                 intent = intents.recv(), if accepting => match intent {
                     Some(intent) => {
                         // Take the backlog at once: a burst of creates costs one pass.
                         let now = std::time::Instant::now();
                         self.push(now, intent);
-                        while !self.queue.is_full() && let Ok(intent) = intents.try_recv() {
+                        for _ in 0..INTAKE_PASS {
+                            let Ok(intent) = intents.try_recv() else { break };
                             self.push(now, intent);
                         }
                     }
@@ -470,8 +474,8 @@ mod tests {
         engine.take_intents()
     }
 
-    /// With its queue full and every write failing (nothing listens on the
-    /// address), the writer takes no intents, yet a stop ends it within the drain time.
+    /// With its queue full and every write failing (nothing listens on the address), a stop
+    /// still ends the writer within the drain time.
     #[tokio::test]
     async fn a_full_queue_still_hears_the_stop_and_drains_within_its_time() {
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());

@@ -4,12 +4,11 @@
 //!
 //! - One entry per series object: a newer intent replaces the older one (latest state wins), so a
 //!   backoff never loses counts and never multiplies writes, and the queue is bounded by the number
-//!   of series with something left to write; [`Queue::is_full`] tells the shell to stop taking
-//!   intents (back-pressure) at `capacity`.
-//! - Each namespace holds at most `share` of the pending writes: beyond it, a write that would add
-//!   an entry for that namespace is shed ([`Shed`]), so that one namespace that starts series faster
-//!   than the API server takes writes cannot fill the queue and stall intake for every other. An
-//!   intent for a series already pending always coalesces into its entry.
+//!   of series with something left to write, at most `capacity`.
+//! - That bound is shared fairly ([`shares`]): a namespace at its share has its new writes shed
+//!   ([`Shed`]), one under it always finds room, if need be by shedding the newest write of the
+//!   namespace holding the most; intake never waits for the writer. An intent for a series already
+//!   pending always coalesces into its entry.
 //! - An answer never discards a newer intent: a write rejected, or done, for an older state leaves
 //!   the newer one pending.
 
@@ -18,6 +17,7 @@ pub use super::owed::Owed;
 use super::{Answer, Next, Verb, next};
 
 mod acknowledge;
+mod shares;
 mod versions;
 use crate::object;
 pub use acknowledge::Observed;
@@ -86,6 +86,8 @@ struct Pending {
     verb: Verb,
     /// Which intent this is ([`Queue::intents`] when it arrived); an answer names it back.
     seq: u64,
+    /// The `seq` this entry was made with.
+    born: u64,
     /// The intents no write has carried yet.
     owed: Owed,
     delays: backon::ExponentialBackoff,
@@ -135,10 +137,12 @@ pub struct Queue {
     /// Intents taken so far: each pending write's `seq`.
     intents: u64,
     capacity: usize,
-    /// Most pending writes of one namespace.
+    /// Most pending writes of one namespace, whatever its share.
     share: usize,
     /// Pending writes per namespace.
     per_namespace: HashMap<String, usize>,
+    /// Where a write to shed is found ([`shares`]).
+    newest: shares::Newest,
     in_flight: usize,
     /// Since when the queue has had work and no answer has moved it on (see [`Queue::stuck_since`]).
     waiting_since: Option<Instant>,
@@ -179,6 +183,7 @@ impl Queue {
             capacity: capacity.max(1),
             share: share.max(1),
             per_namespace: HashMap::new(),
+            newest: shares::Newest::default(),
             in_flight: 0,
             waiting_since: None,
             renamed: HashMap::new(),
@@ -199,7 +204,7 @@ impl Queue {
         self.in_flight
     }
 
-    /// No more intents until some are written: the shell stops reading them.
+    /// As many pending writes as the bound allows: a new one sheds another.
     pub fn is_full(&self) -> bool {
         self.pending.len() >= self.capacity
     }
@@ -236,26 +241,30 @@ impl Queue {
     /// Removes `target`'s pending write.
     fn remove(&mut self, target: &Arc<Target>) -> Option<Pending> {
         let p = self.pending.remove(target)?;
-        if let Some(n) = self.per_namespace.get_mut(&target.namespace) {
-            *n -= 1;
-            if *n == 0 {
-                self.per_namespace.remove(&target.namespace);
-            }
-        }
+        self.counted_out(&target.namespace);
         Some(p)
     }
 
     /// Takes an intent: a new pending write due now, or the newer state of one already pending
     /// (which keeps its place, its verb if it is still a create, and its backoff). A new write in a
-    /// namespace that holds its share is shed instead.
+    /// namespace that holds its share is shed instead; one that finds the bound full sheds the
+    /// newest write of the namespace holding the most ([`shares`]). `Err`: the write shed, this one
+    /// or the other.
     pub fn push(&mut self, now: Instant, intent: Intent) -> Result<(), Shed> {
         let target = Arc::new(Target::of(&intent));
-        if !self.pending.contains_key(&target) && self.pending_in(&target.namespace) >= self.share {
-            return Err(Shed {
+        let mut made_room = None;
+        if !self.pending.contains_key(&target) {
+            let this = || Shed {
                 kind: intent.kind,
                 namespace: target.namespace.clone(),
                 name: target.name.clone(),
-            });
+            };
+            if self.pending_in(&target.namespace) >= self.share_of(&target.namespace) {
+                return Err(this());
+            }
+            if self.is_full() {
+                made_room = Some(self.make_room().ok_or_else(this)?);
+            }
         }
         let variant = intent
             .series
@@ -281,10 +290,7 @@ impl Queue {
             }
             return Ok(());
         }
-        *self
-            .per_namespace
-            .entry(target.namespace.clone())
-            .or_default() += 1;
+        self.counted_in(&target, seq);
         self.pending.insert(
             target.clone(),
             Pending {
@@ -292,6 +298,7 @@ impl Queue {
                 owed: Owed::of(&intent),
                 intent,
                 seq,
+                born: seq,
                 delays: delays(),
                 in_flight: false,
                 deferred: false,
@@ -301,7 +308,7 @@ impl Queue {
             },
         );
         self.schedule(target, now);
-        Ok(())
+        made_room.map_or(Ok(()), Err)
     }
 
     /// When the next waiting write is due (`None`: none waits).
@@ -947,6 +954,82 @@ mod tests {
             "the quiet write waited behind the flood: {:?}",
             namespaces(&next)
         );
+    }
+
+    #[test]
+    fn a_full_queue_sheds_the_newest_writes_of_the_largest_namespace_never_a_quiet_ones() {
+        let t0 = Instant::now();
+        // Room for 100 writes, up to 100 in one namespace.
+        let mut q = Queue::new(100, 100);
+        let mut shed = Vec::new();
+        let floods: Vec<Vec<Intent>> = (0..5)
+            .map(|n| {
+                (0..100)
+                    .map(|i| in_ns(&format!("flood-{n}"), &format!("p{i}")))
+                    .collect()
+            })
+            .collect();
+        // Five namespaces flood in turn: each gets its share (a fifth), whatever came first.
+        for i in 0..100 {
+            for flood in &floods {
+                if let Err(s) = q.push(t0, flood[i].clone()) {
+                    shed.push(s);
+                }
+            }
+        }
+        assert_eq!(q.len(), 100);
+        for n in 0..5 {
+            assert_eq!(q.pending_in(&format!("flood-{n}")), 20, "{shed:?}");
+        }
+        assert_eq!(shed.len(), 400);
+        // A quiet namespace's write is taken, at once: the newest write of a largest namespace
+        // makes room for it.
+        let quiet = in_ns("quiet", "q");
+        let made_room = q.push(t0, quiet.clone()).unwrap_err();
+        assert!(made_room.namespace.starts_with("flood-"), "{made_room:?}");
+        let newest = floods
+            .iter()
+            .find(|f| f[0].series.namespace.as_ref() == made_room.namespace)
+            .map(|f| Target::of(&f[19]).name);
+        assert_eq!(Some(made_room.name), newest, "the newest of that namespace");
+        assert_eq!(q.pending_in("quiet"), 1);
+        assert_eq!(q.len(), 100);
+        // Six namespaces now: a flood at its share (100 / 6) sheds its own new writes.
+        let extra = in_ns("flood-0", "extra");
+        assert!(q.pending_in("flood-0") >= q.share_of("flood-0"));
+        assert_eq!(q.push(t0, extra).unwrap_err().namespace, "flood-0");
+        // Writes in flight are not shed: with every write of the floods taken, the quiet
+        // namespace's next write still finds room, or is shed itself, never anyone's in flight.
+        let taken = q.take_due(t0, 200);
+        assert_eq!(taken.len(), 100);
+        let more = in_ns("quiet", "q2");
+        assert_eq!(q.push(t0, more).unwrap_err().namespace, "quiet");
+        assert_eq!(q.in_flight(), 100);
+    }
+
+    #[test]
+    fn a_tenant_with_many_namespaces_cannot_crowd_out_another() {
+        let t0 = Instant::now();
+        let mut q = Queue::new(1_000, 1_000);
+        // 50 namespaces of one tenant, 100 writes each, arriving before anyone else's.
+        for n in 0..50 {
+            for i in 0..100 {
+                let _ = q.push(t0, in_ns(&format!("tenant-{n}"), &format!("p{i}")));
+            }
+        }
+        assert_eq!(q.len(), 1_000);
+        // Another namespace still gets its share: 1,000 / 51.
+        let mut taken = 0;
+        for i in 0..100 {
+            if q.push(t0, in_ns("kube-system", &format!("p{i}")))
+                .is_err_and(|s| s.namespace == "kube-system")
+            {
+                break;
+            }
+            taken += 1;
+        }
+        assert_eq!(taken, 1_000 / 51);
+        assert_eq!(q.len(), 1_000);
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod policy;
 mod ports;
 mod reading;
 mod secure_metrics;
+mod shares;
 mod slow;
 mod tenant_text;
 mod updates;
