@@ -53,10 +53,11 @@ unit:
     done
     cargo test --workspace --lib --bins "${unit[@]/#/--test=}"
 
-# Regenerate crds/ (and the chart's copy in files/) from the Rust types (a test fails when they differ).
+# Regenerate crds/ from the Rust types, and the chart's copies in files/ of the CRD and of config/grafana's dashboard (tests fail when they differ).
 crds:
     cargo run --quiet -- crd > crds/eventseries.dev_eventseriespolicies.yaml
     cp crds/eventseries.dev_eventseriespolicies.yaml charts/event-series/files/
+    cp config/grafana/event-series.json charts/event-series/files/grafana-dashboard.json
 
 # Format the code.
 fmt:

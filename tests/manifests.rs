@@ -85,6 +85,11 @@ use serde::Deserialize;
 
 const CHART: &str = "charts/event-series";
 
+/// The Kubernetes version `helm template` renders for: the oldest supported minor, which the
+/// chart's `kubeVersion` admits. (A Helm 3 built with `go install` reports v1.20 on its own, which
+/// the chart refuses; released Helm binaries report their client-go's version.)
+const KUBE_VERSION: &str = "1.34.0";
+
 fn helm_template(helm: &PathBuf, set: &[&str]) -> BTreeMap<(String, String, String), Value> {
     let mut args = vec![
         "template",
@@ -93,6 +98,8 @@ fn helm_template(helm: &PathBuf, set: &[&str]) -> BTreeMap<(String, String, Stri
         "--namespace",
         "event-series-system",
         "--include-crds",
+        "--kube-version",
+        KUBE_VERSION,
     ];
     for s in set {
         args.extend(["--set", s]);
@@ -129,6 +136,24 @@ fn lint_with(helm: &PathBuf) {
             CHART,
             "--set",
             "serviceMonitor.enabled=true,prometheusRule.enabled=true,metrics.certSecret=tls",
+        ],
+    );
+    run(
+        helm,
+        &[
+            "lint",
+            "--strict",
+            CHART,
+            "--kube-version",
+            KUBE_VERSION,
+            "--set",
+            "serviceMonitor.enabled=true,grafanaDashboard.enabled=true,image.digest=sha256:0123456789abcdef0123456789abcdef",
+            "--set",
+            "metrics.certManager.enabled=true,metrics.certManager.issuerRef.name=ca",
+            "--set",
+            "metrics.prometheus.serviceAccount.name=prometheus-k8s,metrics.prometheus.serviceAccount.namespace=monitoring",
+            "--set",
+            "securityContext.runAsUser=null,securityContext.runAsGroup=null",
         ],
     );
 }
@@ -291,7 +316,15 @@ fn chart_values_switch_metrics_security_and_the_optional_parts() {
     // Another release name and namespace: the admission policy exempts that ServiceAccount.
     let other = objects(&run(
         &helm,
-        &["template", "obs", CHART, "--namespace", "ops"],
+        &[
+            "template",
+            "obs",
+            CHART,
+            "--namespace",
+            "ops",
+            "--kube-version",
+            KUBE_VERSION,
+        ],
     ));
     let vap = other
         .iter()
@@ -342,6 +375,8 @@ fn the_chart_refuses_two_writers() {
             "template",
             "event-series",
             CHART,
+            "--kube-version",
+            KUBE_VERSION,
             "--set",
             "leaderElection.enabled=false",
         ])
@@ -418,6 +453,12 @@ fn helm_4_renders_what_helm_3_renders() {
             "serviceMonitor.enabled=true,prometheusRule.enabled=true,metrics.certSecret=tls",
             "alertmanager.urls={https://am.monitoring:9093},alertmanager.secret.name=am",
             "priorityClassName=system-cluster-critical,podLabels.team=platform",
+            "grafanaDashboard.enabled=true,image.digest=sha256:0123456789abcdef0123456789abcdef",
+            "metrics.prometheus.serviceAccount.name=p,metrics.prometheus.serviceAccount.namespace=m",
+        ][..],
+        &[
+            "serviceMonitor.enabled=true,metrics.certManager.enabled=true",
+            "metrics.certManager.issuerRef.name=ca,securityContext.runAsUser=null",
         ][..],
     ] {
         let (three, four) = (helm_template(&helm3, set), helm_template(&helm4, set));
@@ -435,7 +476,15 @@ fn helm_4_renders_what_helm_3_renders() {
 fn schema_with(helm: &PathBuf) {
     let refused = |set: &str| -> String {
         let out = Command::new(helm)
-            .args(["template", "event-series", CHART, "--set", set])
+            .args([
+                "template",
+                "event-series",
+                CHART,
+                "--kube-version",
+                KUBE_VERSION,
+                "--set",
+                set,
+            ])
             .current_dir(repo_root())
             .output()
             .expect("helm runs");
@@ -549,6 +598,8 @@ fn the_chart_sends_loops_to_alertmanager_with_credentials_from_a_secret() {
             "template",
             "event-series",
             CHART,
+            "--kube-version",
+            KUBE_VERSION,
             "--set",
             "alertmanager.urls={am:9093}",
         ])
@@ -557,6 +608,250 @@ fn the_chart_sends_loops_to_alertmanager_with_credentials_from_a_secret() {
         .expect("helm runs");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("alertmanager/urls/0"));
+}
+
+/// The chart's ServiceMonitor, scraper token and binding are those of `config/prometheus`: one way
+/// to scrape, whichever way it is installed (the PrometheusRule is one file for both). Neither uses
+/// the deprecated `bearerTokenFile`.
+#[test]
+fn the_charts_monitoring_is_config_prometheus() {
+    let (Some(helm), Some(kubectl)) = (
+        tool("target/tools/bin/helm"),
+        tool("target/envtest/bin/kubectl"),
+    ) else {
+        return;
+    };
+    let kustomized = run(&kubectl, &["kustomize", "config/prometheus"]);
+    let chart = helm_template(
+        &helm,
+        &["serviceMonitor.enabled=true,prometheusRule.enabled=true"],
+    );
+    let kustomized_objects = objects(&kustomized);
+    let find = |m: &BTreeMap<(String, String, String), Value>, kind: &str, name: &str| {
+        m.iter()
+            .find(|(k, _)| k.0 == kind && k.1 == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("{kind}/{name}"))
+    };
+    for (kind, name, pointer) in [
+        ("ServiceMonitor", "event-series", "/spec"),
+        ("Secret", "event-series-metrics-scraper-token", "/type"),
+        (
+            "Secret",
+            "event-series-metrics-scraper-token",
+            "/metadata/annotations",
+        ),
+        (
+            "ServiceAccount",
+            "event-series-metrics-scraper",
+            "/automountServiceAccountToken",
+        ),
+        (
+            "ClusterRoleBinding",
+            "event-series-metrics-reader",
+            "/roleRef",
+        ),
+        (
+            "ClusterRoleBinding",
+            "event-series-metrics-reader",
+            "/subjects",
+        ),
+    ] {
+        let a = find(&chart, kind, name).pointer(pointer).cloned();
+        let b = find(&kustomized_objects, kind, name)
+            .pointer(pointer)
+            .cloned();
+        assert!(
+            a.is_some(),
+            "{kind}/{name} {pointer} missing from the chart"
+        );
+        assert_eq!(a, b, "{kind}/{name} {pointer}");
+    }
+    let endpoint = &find(&chart, "ServiceMonitor", "event-series")["spec"]["endpoints"][0];
+    assert_eq!(endpoint["honorLabels"], true, "{endpoint}");
+    let everything = helm_template(
+        &helm,
+        &[
+            "serviceMonitor.enabled=true,metrics.certManager.enabled=true",
+            "metrics.certManager.issuerRef.name=ca",
+        ],
+    );
+    for text in [
+        kustomized,
+        serde_json::to_string(&everything.values().collect::<Vec<_>>()).unwrap_or_default(),
+    ] {
+        assert!(
+            !text.contains("bearerTokenFile"),
+            "bearerTokenFile is deprecated"
+        );
+    }
+}
+
+/// Each monitoring option renders its objects: a cert-manager Certificate whose CA the
+/// ServiceMonitor verifies, the binding of a named Prometheus ServiceAccount, the dashboard
+/// ConfigMap; and the ServiceMonitor skips verification only when no certificate is configured.
+#[test]
+fn each_monitoring_option_renders() {
+    let Some(helm) = tool("target/tools/bin/helm") else {
+        return;
+    };
+    let kinds = |m: &BTreeMap<(String, String, String), Value>| -> BTreeSet<String> {
+        m.keys().map(|k| format!("{}/{}", k.0, k.1)).collect()
+    };
+    let default = kinds(&helm_template(&helm, &[]));
+    for (set, added) in [
+        (
+            "serviceMonitor.enabled=true",
+            &[
+                "ServiceMonitor/event-series",
+                "ServiceAccount/event-series-metrics-scraper",
+                "Secret/event-series-metrics-scraper-token",
+                "ClusterRoleBinding/event-series-metrics-reader",
+            ][..],
+        ),
+        (
+            "serviceMonitor.enabled=true,serviceMonitor.authorization.mode=scrapeClass,serviceMonitor.scrapeClass=sa",
+            &["ServiceMonitor/event-series"][..],
+        ),
+        (
+            "metrics.prometheus.serviceAccount.name=prometheus-k8s,metrics.prometheus.serviceAccount.namespace=monitoring",
+            &["ClusterRoleBinding/event-series-metrics-reader"][..],
+        ),
+        (
+            "metrics.certManager.enabled=true,metrics.certManager.issuerRef.name=ca",
+            &["Certificate/event-series-metrics"][..],
+        ),
+        (
+            "grafanaDashboard.enabled=true",
+            &["ConfigMap/event-series-dashboard"][..],
+        ),
+        (
+            "prometheusRule.enabled=true",
+            &["PrometheusRule/event-series"][..],
+        ),
+    ] {
+        let rendered = kinds(&helm_template(&helm, &[set]));
+        let new: Vec<&String> = rendered.difference(&default).collect();
+        let want: BTreeSet<String> = added.iter().map(|s| (*s).to_owned()).collect();
+        assert_eq!(new, want.iter().collect::<Vec<_>>(), "{set}");
+    }
+    let tls = |set: &[&str]| {
+        helm_template(&helm, set)
+            .iter()
+            .find(|(k, _)| k.0 == "ServiceMonitor")
+            .map(|(_, v)| v["spec"]["endpoints"][0]["tlsConfig"].clone())
+            .unwrap_or_default()
+    };
+    let cert_manager = tls(&[
+        "serviceMonitor.enabled=true,metrics.certManager.enabled=true",
+        "metrics.certManager.issuerRef.name=ca",
+    ]);
+    assert_eq!(cert_manager["insecureSkipVerify"], false, "{cert_manager}");
+    assert_eq!(
+        cert_manager["ca"]["secret"]["name"],
+        "event-series-metrics-tls"
+    );
+    assert_eq!(
+        tls(&["serviceMonitor.enabled=true"])["insecureSkipVerify"],
+        true
+    );
+    let binding = helm_template(
+        &helm,
+        &["metrics.prometheus.serviceAccount.name=prometheus-k8s,metrics.prometheus.serviceAccount.namespace=monitoring"],
+    )
+    .into_iter()
+    .find(|(k, _)| k.0 == "ClusterRoleBinding" && k.1 == "event-series-metrics-reader")
+    .map(|(_, v)| v)
+    .expect("the binding");
+    assert_eq!(
+        binding["subjects"],
+        serde_json::json!([{"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}])
+    );
+    let dashboard = helm_template(&helm, &["grafanaDashboard.enabled=true"])
+        .into_iter()
+        .find(|(k, _)| k.0 == "ConfigMap")
+        .map(|(_, v)| v)
+        .expect("the dashboard");
+    let json: Value = serde_json::from_str(
+        dashboard["data"]["event-series.json"]
+            .as_str()
+            .unwrap_or_default(),
+    )
+    .expect("the dashboard is JSON");
+    let shipped: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_root().join("config/grafana/event-series.json"))
+            .unwrap_or_default(),
+    )
+    .expect("config/grafana's dashboard");
+    assert_eq!(json, shipped);
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+}
+
+/// What an adopter reads about the chart agrees with the project: the chart's `kubeVersion` and
+/// its README's minimum are the oldest minor of the README's table of supported versions; the
+/// default image (appVersion, the Artifact Hub annotation, the chart README) is the tag
+/// `just image` builds; the license is Cargo.toml's, with its text in LICENSE; the dashboard the
+/// chart ships is config/grafana's.
+#[test]
+fn the_charts_metadata_matches_the_project() {
+    let root = repo_root();
+    let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap_or_else(|_| panic!("{p}"));
+    let readme = read("README.md");
+    let oldest = readme
+        .lines()
+        .skip_while(|l| !l.starts_with("### Supported Kubernetes versions"))
+        .filter_map(|l| l.strip_prefix("| 1."))
+        .filter_map(|l| l.split(' ').next()?.parse::<u32>().ok())
+        .min()
+        .expect("the README's table of supported minors");
+    let chart: Value =
+        serde_yaml_ng::from_str(&read("charts/event-series/Chart.yaml")).expect("Chart.yaml");
+    assert_eq!(chart["kubeVersion"], format!(">=1.{oldest}.0-0"));
+    assert_eq!(KUBE_VERSION, format!("1.{oldest}.0"));
+    let chart_readme = read("charts/event-series/README.md");
+    assert!(
+        chart_readme.contains(&format!("Kubernetes 1.{oldest} or later")),
+        "the chart README states another minimum than 1.{oldest}"
+    );
+    assert!(
+        readme.contains(&format!("Kubernetes 1.{oldest} or later")),
+        "the README states no minimum of 1.{oldest}"
+    );
+    let tag = concat!("v", env!("CARGO_PKG_VERSION"));
+    assert_eq!(chart["appVersion"], tag);
+    let annotations = &chart["annotations"];
+    let images: Value = serde_yaml_ng::from_str(
+        annotations["artifacthub.io/images"]
+            .as_str()
+            .unwrap_or_default(),
+    )
+    .expect("artifacthub.io/images");
+    assert_eq!(
+        images[0]["image"],
+        format!("ghcr.io/event-series/event-series:{tag}")
+    );
+    assert!(
+        chart_readme.contains(&format!("`{tag}`")),
+        "the chart README names another tag than {tag}"
+    );
+    assert_eq!(annotations["artifacthub.io/license"], "Apache-2.0");
+    assert!(read("Cargo.toml").contains("license = \"Apache-2.0\""));
+    assert!(
+        read("LICENSE")
+            .contains("Apache License\n                           Version 2.0, January 2004")
+    );
+    let links: Value = serde_yaml_ng::from_str(
+        annotations["artifacthub.io/links"]
+            .as_str()
+            .unwrap_or_default(),
+    )
+    .expect("artifacthub.io/links");
+    assert!(links.as_array().is_some_and(|l| l.len() >= 2), "{links}");
+    assert_eq!(
+        read("charts/event-series/files/grafana-dashboard.json"),
+        read("config/grafana/event-series.json"),
+        "`just crds` copies the dashboard into the chart"
+    );
 }
 
 /// The CRD in the chart is the generated one.
@@ -600,6 +895,108 @@ fn the_alert_rules_pass_promtool() {
     let _ = std::fs::remove_file(&path);
     println!("{out}");
     assert!(out.contains("SUCCESS: 13 rules found"), "{out}");
+}
+
+/// Every alert rule, as parsed from the rule file.
+fn alert_rules() -> Vec<Value> {
+    rule_spec()["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+        .filter(|r| r["alert"].is_string())
+        .collect()
+}
+
+const RUNBOOKS: &str = "https://github.com/event-series/event-series/blob/main/docs/runbooks.md#";
+
+/// Every alert links its runbook: a section of docs/runbooks.md headed by the alert's name (the
+/// anchor GitHub makes of it). Every alert has a `for:` unless it counts discrete events over a
+/// window (`increase(...) > 0`), which cannot flap faster than its window (the rule file says why).
+#[test]
+fn every_alert_has_a_runbook_and_a_for_unless_it_counts_events() {
+    let runbooks =
+        std::fs::read_to_string(repo_root().join("docs/runbooks.md")).expect("docs/runbooks.md");
+    let rules = alert_rules();
+    assert_eq!(rules.len(), 13);
+    for rule in &rules {
+        let alert = rule["alert"].as_str().unwrap_or_default();
+        let url = rule["annotations"]["runbook_url"]
+            .as_str()
+            .unwrap_or_default();
+        assert_eq!(
+            url,
+            format!("{RUNBOOKS}{}", alert.to_lowercase()),
+            "{alert}: runbook_url"
+        );
+        assert!(
+            runbooks.lines().any(|l| l == format!("## {alert}")),
+            "docs/runbooks.md has no section `## {alert}`"
+        );
+        for part in [
+            "**What it means.**",
+            "**What to check.**",
+            "**What to do.**",
+        ] {
+            let section = runbooks
+                .split(&format!("## {alert}\n"))
+                .nth(1)
+                .and_then(|rest| rest.split("\n## ").next())
+                .unwrap_or_default();
+            assert!(section.contains(part), "{alert}'s runbook lacks {part}");
+        }
+        if rule["for"].is_null() {
+            let expr = rule["expr"].as_str().unwrap_or_default();
+            assert!(
+                expr.contains("increase(") && expr.trim_end().ends_with("> 0"),
+                "{alert} has no `for:` and is not an event count: {expr}"
+            );
+        }
+    }
+}
+
+/// promtool fires `EventSeriesDown` when no replica is scraped, with its runbook_url: the
+/// annotation reaches Alertmanager as written.
+#[test]
+fn promtool_fires_an_alert_with_its_runbook_url() {
+    let Some(promtool) = tool("target/tools/bin/promtool") else {
+        return;
+    };
+    let down = alert_rules()
+        .into_iter()
+        .find(|r| r["alert"] == "EventSeriesDown")
+        .expect("the rule");
+    assert!(down["annotations"]["runbook_url"].is_string());
+    let dir = std::env::temp_dir().join(format!("event-series-runbook-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let rules = dir.join("rules.yaml");
+    std::fs::write(
+        &rules,
+        serde_yaml_ng::to_string(&rule_spec()).unwrap_or_default(),
+    )
+    .expect("the rules");
+    let test = serde_json::json!({
+        "rule_files": [rules.to_string_lossy()],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [{"series": "up{job=\"other\"}", "values": "1x10"}],
+            "alert_rule_test": [{
+                "alertname": "EventSeriesDown",
+                "eval_time": "6m",
+                "exp_alerts": [{
+                    "exp_labels": down["labels"],
+                    "exp_annotations": down["annotations"],
+                }],
+            }],
+        }],
+    });
+    let path = dir.join("test.yaml");
+    std::fs::write(&path, serde_yaml_ng::to_string(&test).unwrap_or_default()).expect("the test");
+    let out = run(&promtool, &["test", "rules", &path.to_string_lossy()]);
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("{out}");
+    assert!(out.contains("SUCCESS"), "{out}");
 }
 
 /// Families a warm standby exports as well as the leader (its engine is current): summed over

@@ -33,6 +33,12 @@ const FIRST_REFRESH_PATTERN: &str = r"^0$|^([0-9]+(ns|us|µs|ms|s|m|h))+$";
     shortname = "esp",
     status = "EventSeriesPolicyStatus",
     category = "event-series",
+    doc = "An EventSeriesPolicy tells the event-series operator how to group the repeated core/v1 \
+           Events of the namespaces it selects into series, each kept as one events.k8s.io/v1 \
+           Event (created when a loop starts, refreshed by heartbeats, marked Finished when it \
+           stops): the timings, which events count, how many series may be active, and which \
+           loops become Alertmanager alerts. Cluster-scoped; a namespace no policy selects gets \
+           the operator's defaults.",
     printcolumn = r#"{"name":"Heartbeat","type":"string","jsonPath":".spec.heartbeatInterval"}"#,
     printcolumn = r#"{"name":"Finish-After","type":"string","jsonPath":".spec.finishAfter"}"#,
     printcolumn = r#"{"name":"Window","type":"string","jsonPath":".spec.seriesWindow"}"#,
@@ -245,8 +251,10 @@ pub struct EventSeriesPolicyStatus {
     /// The `metadata.generation` the conditions describe.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready`: True when the spec is applied, with the reason it is not otherwise.
+    /// `Ready`: True when the spec is applied, with the reason it is not otherwise. One entry per
+    /// type (a list map keyed by `type`, so that server-side apply merges them by type).
     #[serde(default)]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
     /// Namespaces this policy governs right now (those it selects, less those a policy of higher
     /// precedence governs).
@@ -279,6 +287,19 @@ mod tests {
         let v = &crd.spec.versions[0];
         assert_eq!(v.name, "v1alpha1");
         assert!(v.subresources.as_ref().is_some_and(|s| s.status.is_some()));
+        let schema = serde_json::to_value(&v.schema).unwrap();
+        let root = &schema["openAPIV3Schema"];
+        let description = root["description"].as_str().unwrap_or_default();
+        assert!(
+            description.starts_with("An EventSeriesPolicy"),
+            "{description}"
+        );
+        let conditions = &root["properties"]["status"]["properties"]["conditions"];
+        assert_eq!(conditions["x-kubernetes-list-type"], "map");
+        assert_eq!(
+            conditions["x-kubernetes-list-map-keys"],
+            serde_json::json!(["type"])
+        );
         let yaml = crd_yaml().unwrap();
         assert!(yaml.contains("duration(self) >= duration('1s')"));
         assert!(
