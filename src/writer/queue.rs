@@ -17,6 +17,7 @@ pub use super::owed::Owed;
 use super::{Answer, Next, Verb, next};
 
 mod acknowledge;
+mod names;
 mod shares;
 mod versions;
 use crate::object;
@@ -451,43 +452,6 @@ impl Queue {
             self.waiting_since = Some(now);
         }
         settled
-    }
-
-    /// A renamed series' finish was written: its name is kept for a while (see `renamed`).
-    fn finished_renamed(&mut self, target: &Arc<Target>) {
-        if !self.renamed.contains_key(target) {
-            return;
-        }
-        self.renamed_finished.push_back(target.clone());
-        while self.renamed_finished.len() > RENAMED_KEPT {
-            if let Some(old) = self.renamed_finished.pop_front()
-                && !self.pending.contains_key(&old)
-            {
-                self.renamed.remove(&old);
-            }
-        }
-    }
-
-    /// Someone else's object holds the name `job` went to: the series' next name, or, past the last,
-    /// the write given up.
-    fn next_name(&mut self, job: &Job) -> Settled {
-        if let Some(p) = self.pending.get_mut(&job.target)
-            && p.variant < object::MAX_NAME_VARIANT
-        {
-            p.variant += 1;
-            p.verb = Verb::Create;
-            self.renamed.insert(job.target.clone(), p.variant);
-            return Settled::Renamed { variant: p.variant };
-        }
-        let p = self.remove(&job.target);
-        self.renamed.remove(&job.target);
-        Settled::Rejected {
-            why: format!(
-                "every name of the series (the first and {} more) is held by an Event that is not its own",
-                object::MAX_NAME_VARIANT
-            ),
-            intent: Box::new(p.map_or_else(|| job.intent.clone(), |p| p.intent)),
-        }
     }
 
     /// Since when the queue has had work without any write going through, if it has work that is
