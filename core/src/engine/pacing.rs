@@ -42,12 +42,15 @@ impl Pacer {
 
     /// Books the heartbeat that would fall due at `due` for a series last written at `written`.
     /// Returns when it falls due: `due` itself if its second has room, else the start of the first
-    /// second with room, but no later than `written + ceiling` (nor earlier than `due`).
+    /// second with room, but never later than `written + ceiling`, not even when `due` is (a
+    /// `heartbeatInterval` longer than the event TTL allows).
     pub(super) fn book(&mut self, due: DateTime<Utc>, written: DateTime<Utc>) -> DateTime<Utc> {
+        let latest = written + self.ceiling;
+        let due = due.min(latest);
         let Some(cap) = self.per_second else {
             return due;
         };
-        let latest = (written + self.ceiling).max(due).timestamp();
+        let latest = latest.timestamp();
         let first = due.timestamp();
         let mut second = first;
         if let Some((_, &end)) = self.full.range(..=second).next_back()
@@ -196,6 +199,17 @@ mod tests {
     }
 
     #[test]
+    fn the_ceiling_caps_an_interval_longer_than_itself() {
+        // An interval of 2 h against a ceiling of 45 min: the heartbeat comes at the ceiling,
+        // paced or not.
+        for rate in [f64::INFINITY, 10.0] {
+            let mut p = Pacer::new(rate, TimeDelta::minutes(45));
+            let booked = p.book(at(0) + TimeDelta::hours(2), at(0));
+            assert_eq!(booked, at(0) + TimeDelta::minutes(45), "rate {rate}");
+        }
+    }
+
+    #[test]
     fn runs_merge_and_the_past_is_forgotten() {
         let mut p = Pacer::new(1.0, TimeDelta::seconds(1000));
         p.book(at(5), at(0));
@@ -242,7 +256,7 @@ mod tests {
 
     #[test]
     fn unlimited_keeps_every_time() {
-        let mut p = Pacer::new(f64::INFINITY, TimeDelta::seconds(1));
+        let mut p = Pacer::new(f64::INFINITY, TimeDelta::seconds(10));
         for _ in 0..1000 {
             assert_eq!(p.book(at(7), at(0)), at(7));
         }
