@@ -104,6 +104,8 @@ struct Pending {
     uncertain: bool,
     /// The object cannot be read (a role without `get`): it is updated without knowing its version.
     unread: bool,
+    /// Why the last update was refused (422), while the object is read to see whose it is.
+    refused: Option<String>,
 }
 
 fn delays() -> backon::ExponentialBackoff {
@@ -306,6 +308,7 @@ impl Queue {
                 variant,
                 uncertain: false,
                 unread: false,
+                refused: None,
             },
         );
         self.schedule(target, now);
@@ -377,13 +380,14 @@ impl Queue {
             self.in_flight -= 1;
         }
         let newer = p.seq != job.seq;
-        let landed = matches!(next(job.verb, answer), Next::Done);
+        let step = names::step(p, job.verb, answer);
+        let landed = matches!(step, Next::Done);
         p.uncertain |= !newer && may_hold_it_already(job.verb, answer);
         if !landed {
             // Not written: what the job carried is still owed, since as long as before.
             p.owed = p.owed.merge(job.owed);
         }
-        let settled = match next(job.verb, answer) {
+        let settled = match step.clone() {
             Next::Done if newer => {
                 // A newer state arrived meanwhile: the object exists now, update it.
                 p.verb = Verb::Patch;
@@ -444,7 +448,7 @@ impl Queue {
             Settled::Renamed { .. } => self.schedule(job.target.clone(), now),
             _ => {}
         }
-        let progress = !matches!(next(job.verb, answer), Next::Retry { .. } | Next::Reject(_))
+        let progress = !matches!(step, Next::Retry { .. } | Next::Reject(_))
             || matches!(settled, Settled::Rejected { .. });
         if self.pending.is_empty() {
             self.waiting_since = None;
@@ -764,6 +768,44 @@ mod tests {
             [1, 2, 3].map(|variant| Settled::Renamed { variant })
         );
         assert!(matches!(seen[3], Settled::Rejected { .. }));
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn an_update_refused_at_a_name_a_tenant_took_moves_the_series_to_its_next_name() {
+        let (t0, mut q) = one_create("a");
+        let job = q.take_due(t0, 1).remove(0);
+        q.answer(t0, &job, &status(201));
+        // The object vanished and a tenant's copy took its name: the update's test of the series'
+        // labels is refused; the object is read, found someone else's, and the series moves on.
+        q.put(t0, intent("a", WriteKind::Finish(FinishCause::Quiet), 3));
+        let job = q.take_due(t0, 1).remove(0);
+        assert_eq!(job.verb, Verb::Patch);
+        assert!(matches!(
+            q.answered(t0, &job, &status(422)),
+            Settled::Again { .. }
+        ));
+        let job = q.take_due(t0, 1).remove(0);
+        assert_eq!((job.verb, job.variant), (Verb::Verify, 0));
+        assert_eq!(
+            q.answer(t0, &job, &Answer::Taken),
+            Settled::Renamed { variant: 1 }
+        );
+        let job = q.take_due(t0, 1).remove(0);
+        assert_eq!((job.verb, job.variant), (Verb::Create, 1));
+        assert_eq!(q.answer(t0, &job, &status(201)), Settled::Done);
+        // Refused in the series' own object (a value the API rejects): the refusal stands.
+        let (t0, mut q) = one_create("b");
+        let job = q.take_due(t0, 1).remove(0);
+        q.answer(t0, &job, &status(201));
+        q.put(t0, intent("b", WriteKind::Heartbeat, 3));
+        let job = q.take_due(t0, 1).remove(0);
+        q.answer(t0, &job, &status(422));
+        let job = q.take_due(t0, 1).remove(0);
+        assert_eq!(job.verb, Verb::Verify);
+        assert!(
+            matches!(q.answer(t0, &job, &status(200)), Settled::Rejected { why, .. } if why.contains("422"))
+        );
         assert!(q.is_empty());
     }
 

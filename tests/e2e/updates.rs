@@ -71,8 +71,9 @@ async fn a_late_occurrence_with_a_message_of_its_own_corrects_the_finished_serie
 
 /// The series object deleted and an Event created at its name by someone else, a copy of it
 /// without the operator's labels and annotations: the series' next write is refused by the
-/// update's own test of the labels (422), and the other Event is left as it was. A plain merge
-/// patch of the whole object wrote the series into the copy (its immutable fields were the same).
+/// update's own test of the labels (422), the other Event is left as it was, and the series moves
+/// to its next name with its whole count. (A plain merge patch of the whole object wrote the series
+/// into the copy; later, the refusal was final and the series' finish was lost.)
 #[tokio::test]
 async fn an_event_created_at_a_deleted_series_objects_name_is_not_written_into() -> Result<()> {
     let client = client().await?;
@@ -119,6 +120,17 @@ async fn an_event_created_at_a_deleted_series_objects_name_is_not_written_into()
         "the copy was written into"
     );
     ensure!(after.series == copy.series);
+    let moved = format!("{name}-1");
+    let objs = wait_for(&client, &ns.name, "the series Finished at its next name", |objs| {
+        objs.iter().any(|e| {
+            e.metadata.name.as_deref() == Some(moved.as_str())
+                && state(e) == "Finished"
+                && count(e) == 2
+        })
+    })
+    .await?;
+    ensure!(objs.len() == 1, "one series object: {objs:?}");
+    ensure!(op.metric("event_series_names_taken_total") == 1.0);
     drop(op);
     ns.cleanup().await
 }

@@ -1,7 +1,9 @@
 //! Series whose object has another than its first name: a create met someone else's object at
-//! the name (a tenant's Event), so the series moved to its next deterministic name.
+//! the name (a tenant's Event), so the series moved to its next deterministic name. So does a
+//! series whose object vanished (its TTL, deleted) and whose name a tenant then took: the update's
+//! own test of the series' labels is refused (422), the object is read, and it is someone else's.
 
-use super::{Job, Queue, RENAMED_KEPT, Settled, Target, Verb};
+use super::{Answer, Job, Next, Pending, Queue, RENAMED_KEPT, Settled, Target, Verb, next};
 use crate::object;
 use std::sync::Arc;
 
@@ -40,6 +42,33 @@ impl Queue {
                 object::MAX_NAME_VARIANT
             ),
             intent: Box::new(p.map_or_else(|| job.intent.clone(), |p| p.intent)),
+        }
+    }
+}
+
+/// What `answer` to a `verb` leads to for `p`: as [`next`] says, except that an update refused with
+/// 422 is followed by a read of the object (someone else's: the next name; the series' own: the
+/// refusal stands, an invalid value is not retried forever).
+pub(super) fn step(p: &mut Pending, verb: Verb, answer: &Answer) -> Next {
+    let step = next(verb, answer);
+    match (verb, answer, step) {
+        (
+            Verb::Patch,
+            Answer::Status {
+                code: 422, message, ..
+            },
+            _,
+        ) => {
+            p.refused = Some(format!("HTTP 422: {message}"));
+            Next::Then(Verb::Verify)
+        }
+        (Verb::Verify, _, Next::Then(Verb::Patch)) => match p.refused.take() {
+            Some(why) => Next::Reject(why),
+            None => Next::Then(Verb::Patch),
+        },
+        (_, _, step) => {
+            p.refused = None;
+            step
         }
     }
 }
