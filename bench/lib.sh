@@ -27,13 +27,17 @@ die() {
   exit 1
 }
 
-# machine_json: the machine and its load right now, as one JSON object.
+# machine_json: the machine and its load right now, and what the measured binary was built with
+# (rustc, profile, the binary's own --version), as one JSON object.
 machine_json() {
-  local load model
+  local load model rustc binary
   load="$(cut -d' ' -f1-3 /proc/loadavg)"
   model="$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
-  printf '{"date":"%s","nproc":%s,"cpu":"%s","mem_gib":%s,"loadavg":"%s","kernel":"%s"}' \
-    "$(date -u +%FT%TZ)" "$(nproc)" "$model" "$(free -g | awk '/^Mem:/ { print $2 }')" "$load" "$(uname -r)"
+  rustc="$(rustc --version 2>/dev/null || echo unknown)"
+  binary="$("$OPERATOR" --version 2>/dev/null || echo none)"
+  printf '{"date":"%s","nproc":%s,"cpu":"%s","mem_gib":%s,"loadavg":"%s","kernel":"%s","rustc":"%s","profile":"release","binary":"%s"}' \
+    "$(date -u +%FT%TZ)" "$(nproc)" "$model" "$(free -g | awk '/^Mem:/ { print $2 }')" "$load" "$(uname -r)" \
+    "$rustc" "$binary"
 }
 
 # cluster_start NAME [KEY=VALUE...]: a fresh apiserver in target/envtest-bench-NAME (extra env for
