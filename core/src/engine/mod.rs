@@ -77,7 +77,6 @@ mod tables;
 mod timers;
 
 use crate::intent::{Intent, SeriesState, Snapshot, WriteKind};
-use crate::key::store::KeyStore;
 use crate::key::{KeyId, Observation, RawId};
 use crate::settings::{PolicySet, Settings, SlotIdx};
 use chrono::{DateTime, TimeDelta, Utc};
@@ -111,7 +110,7 @@ pub struct Engine {
     /// One per slot of `policies`.
     slots: Vec<Slot>,
     raw: RawCounts,
-    keys: KeyStore,
+    keys: budget::Keys,
     timers: Timers,
     /// When heartbeats fall due, at most `heartbeat_rate` a second.
     pacer: pacing::Pacer,
@@ -141,7 +140,7 @@ impl Engine {
             policies,
             namespaces: Namespaces::default(),
             raw: RawCounts::new(config.raw_capacity),
-            keys: KeyStore::new(),
+            keys: budget::Keys::default(),
             timers: Timers::default(),
             pacer: pacing::Pacer::new(config.heartbeat_rate, config.heartbeat_ceiling),
             watermark: 0,
