@@ -51,7 +51,8 @@
 //! evicted object seen again is measured against the count its key's series, candidate or dormant
 //! record noted for it, so it is not counted again. Every eviction is
 //! counted in [`Stats`]. The keys themselves are held within [`EngineConfig::key_bytes`] (see
-//! `budget`): beyond it candidates, then series, are given up from whoever holds the most.
+//! `budget`): beyond it the namespace holding the most bytes of keys gives up its candidates,
+//! then its series.
 //!
 //! # Clocks
 //!
