@@ -6,9 +6,9 @@ mod common;
 use chrono::TimeDelta;
 use common::{kubelet_backoff, t0};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use event_series_core::engine::Engine;
+use event_series_core::engine::{Engine, EngineConfig};
 use event_series_core::key::{self, Observation};
-use event_series_core::settings::Settings;
+use event_series_core::settings::{PolicySet, Settings};
 use k8s_openapi::api::core::v1::Event;
 use std::hint::black_box;
 
@@ -85,6 +85,52 @@ fn new_keys(c: &mut Criterion) {
     group.finish();
 }
 
+/// A full key budget: 10,000 new series in 100 namespaces where `--max-key-bytes` holds about
+/// 1,000 of their keys, so that each new series past those gives up another (the namespace
+/// holding the most, its least recently active).
+fn full_key_budget(c: &mut Criterion) {
+    const KEYS: usize = 10_000;
+    let now = t0();
+    let events: Vec<Event> = (0..KEYS).map(|i| kubelet_backoff(i, 2, now)).collect();
+    let namespaces: Vec<String> = (0..100).map(|n| format!("ns-{n}")).collect();
+    let observations: Vec<Observation> = events
+        .iter()
+        .zip(namespaces.iter().cycle())
+        .filter_map(|(e, ns)| {
+            let mut o = key::normalise(e).ok()?;
+            (o.namespace, o.key.namespace, o.key.regarding.namespace) = (ns, ns, ns);
+            Some(o)
+        })
+        .collect();
+    let mut probe = Engine::with_settings(settings());
+    for o in &observations[..1_000] {
+        probe.observe(now, o);
+    }
+    let config = EngineConfig {
+        key_bytes: probe.key_bytes().0,
+        ..EngineConfig::default()
+    };
+    let mut group = c.benchmark_group("engine");
+    group.throughput(Throughput::Elements(KEYS as u64));
+    group.bench_function(
+        "occurrences creating 10,000 new series, the key budget holding 1,000",
+        |b| {
+            b.iter_batched(
+                || Engine::new(PolicySet::uniform(settings()), config),
+                |mut engine| {
+                    for o in &observations {
+                        engine.observe(now, o);
+                    }
+                    assert!(engine.stats().evicted_by_bytes >= 8_000);
+                    engine
+                },
+                BatchSize::LargeInput,
+            )
+        },
+    );
+    group.finish();
+}
+
 fn ticks(c: &mut Criterion) {
     const KEYS: usize = 10_000;
     let now = t0();
@@ -106,5 +152,5 @@ fn ticks(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, existing_series, new_keys, ticks);
+criterion_group!(benches, existing_series, new_keys, full_key_budget, ticks);
 criterion_main!(benches);

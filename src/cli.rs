@@ -223,8 +223,9 @@ pub struct RunArgs {
     #[arg(long, default_value = "8Mi", value_parser = paging::parse_bytes)]
     pub restart_buffer_bytes: usize,
     /// Most bytes of keys the engine holds for series and candidates (a key at every field limit
-    /// takes about 4.6 KB): beyond it candidates, then series, of whoever holds the most are given
-    /// up (series written Finished, counted in event_series_series_evicted_total{reason="key_bytes"}).
+    /// takes about 4.6 KB): beyond it the namespace holding the most bytes of keys gives up its
+    /// candidates, then its series (written Finished, counted in
+    /// event_series_series_evicted_total{reason="key_bytes"}).
     /// A number of bytes, or with Ki, Mi or Gi.
     #[arg(long, default_value = "64Mi", value_parser = paging::parse_bytes)]
     pub max_key_bytes: usize,

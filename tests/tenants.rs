@@ -13,7 +13,7 @@ use event_series_core::key;
 use event_series_core::settings::{PolicySet, Settings};
 use event_series_test_support::sim::*;
 use k8s_openapi::api::events::v1 as events;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use std::collections::BTreeMap;
 
 fn secs(s: i64) -> TimeDelta {
@@ -115,6 +115,82 @@ fn a_flood_of_one_off_keys_cannot_keep_a_quiet_loop_from_its_series() {
         sim.engine.stats().candidates_evicted > 0,
         "the flood hit the bound"
     );
+}
+
+/// A tenant whose Events carry every field at its limit and count two at once (each a series at
+/// once, never a candidate) fills a 1 MiB key budget with 260 series, beside another namespace's
+/// loop of 5 occurrences 20 s apart: the tenant's own series are given up, each written Finished
+/// and counted once, and the loop becomes one series of 5. (Before: the key budget gave up the
+/// namespace holding the most candidates, the loop's first occurrence each time, and the loop never
+/// got a series.)
+#[test]
+fn series_at_every_limit_fill_the_key_budget_at_their_own_cost() {
+    const BUDGET: usize = 1 << 20;
+    let config = EngineConfig {
+        key_bytes: BUDGET,
+        ..EngineConfig::default()
+    };
+    let mut engine = Engine::new(PolicySet::uniform(Settings::default()), config);
+    let t = t0();
+    // 250 of the tenant's series at once (the budget holds about 240), then 2 more after each
+    // occurrence of the loop.
+    let flood = |engine: &mut Engine, range: std::ops::Range<usize>, at: DateTime<Utc>| {
+        for i in range {
+            let (raw, pod) = (format!("f{i}.raw"), format!("f{i}"));
+            let mut ev = event_series_test_support::raw::at_every_limit("flood", &raw, &pod, 2);
+            ev.first_timestamp = Some(Time(jiff(at)));
+            ev.last_timestamp = ev.first_timestamp.clone();
+            engine.observe(at, &key::normalise(&ev).unwrap());
+            assert!(engine.key_bytes().0 <= BUDGET, "{:?}", engine.key_bytes());
+        }
+    };
+    flood(&mut engine, 0..250, t);
+    let mut intents = engine.take_intents();
+    for n in 1..=5 {
+        let at = t + secs(20 * i64::from(n));
+        let first = t + secs(20);
+        let ev = legacy(
+            "quiet",
+            "web.raw",
+            pod("quiet", "web"),
+            "BackOff",
+            n,
+            first,
+            at,
+        );
+        engine.observe(at, &key::normalise(&ev).unwrap());
+        let n = n as usize;
+        flood(&mut engine, 250 + 2 * (n - 1)..250 + 2 * n, at);
+        engine.tick(at);
+        intents.extend(engine.take_intents());
+    }
+    assert!(
+        engine.stats().evicted_by_bytes > 0,
+        "260 keys at every limit fit 1 MiB"
+    );
+    engine.tick(t + TimeDelta::minutes(30));
+    intents.extend(engine.take_intents());
+    // Its writes: the create, early refreshes, one finish.
+    let quiet: Vec<_> = intents
+        .iter()
+        .filter(|i| &*i.series.namespace == "quiet" && i.kind != WriteKind::Refresh)
+        .map(|i| (i.kind, i.series.count))
+        .collect();
+    assert_eq!(
+        quiet,
+        [
+            (WriteKind::Create, 2),
+            (WriteKind::Finish(FinishCause::Quiet), 5)
+        ],
+        "the quiet loop's one series of 5 ({} flood series given up)",
+        engine.stats().evicted_by_bytes
+    );
+    let evicted: Vec<_> = intents
+        .iter()
+        .filter(|i| i.kind == WriteKind::Finish(FinishCause::Evicted))
+        .collect();
+    assert!(evicted.iter().all(|i| &*i.series.namespace == "flood"));
+    assert_eq!(evicted.len() as u64, engine.stats().evicted_by_bytes);
 }
 
 /// At the bound, a tie between the namespace that was there first and the one whose new series

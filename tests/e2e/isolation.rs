@@ -495,6 +495,67 @@ async fn keys_at_every_limit_stay_within_the_byte_budget_beside_a_quiet_loop() -
     pair.end().await
 }
 
+/// A tenant whose Events carry every field at its limit and count two at once (each a series at
+/// once, never a candidate) fills a 1 MiB key budget with 250 series and adds two more after each
+/// occurrence of another namespace's loop (5 occurrences, 20 s apart): the tenant's own series are
+/// given up (counted), and the loop gets its one series with every occurrence. (Before: the
+/// budget gave up the namespace holding the most candidates, the loop's, each time; its namespace
+/// never got a series object.)
+#[tokio::test]
+async fn series_at_every_limit_fill_the_key_budget_at_their_own_cost() -> Result<()> {
+    const FLOOD: usize = 250;
+    let pair = QuietAndFlood::start("key-series", "kseries_").await?;
+    let (kc, admin, quiet, flood) = (
+        pair.kubeconfig(),
+        pair.admin.clone(),
+        &pair.quiet,
+        &pair.flood,
+    );
+    let args = [
+        "--max-key-bytes",
+        "1Mi",
+        "--finish-after",
+        "40s",
+        "--series-window",
+        "40s",
+    ];
+    let op = OPERATOR.launch(kc, "key-series", &args)?;
+    let evicted = || op.metric("event_series_series_evicted_total{reason=\"key_bytes\"}");
+    let quiet_api: Api<CoreEvent> = Api::namespaced(pair.victim.clone(), &quiet.name);
+    let flood_api: Api<CoreEvent> = Api::namespaced(pair.flooder.clone(), &flood.name);
+    let at_limit =
+        |i: usize| at_every_limit(&flood.name, &format!("f{i}.raw"), &format!("f{i}"), 2);
+    create_all(&flood_api, (0..FLOOD).map(at_limit), 8).await?;
+    // The budget is full (it holds about 240 such series) before the loop starts.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while evicted() == 0.0 {
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "the flood never filled the budget"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    for n in 1..=5 {
+        if n > 1 {
+            tokio::time::sleep(Duration::from_secs(20)).await;
+        }
+        loops(&quiet_api, &quiet.name, 1, n).await?;
+        let more = FLOOD + 2 * (n as usize - 1)..FLOOD + 2 * n as usize;
+        create_all(&flood_api, more.map(at_limit), 2).await?;
+    }
+    wait_for_within(
+        &admin,
+        &quiet.name,
+        Duration::from_secs(120),
+        "the loop's one Finished series of 5",
+        |objs| objs.len() == 1 && state(&objs[0]) == "Finished" && count(&objs[0]) == 5,
+    )
+    .await?;
+    ensure!(evicted() > 0.0, "nothing given up for the byte budget");
+    drop(op);
+    pair.end().await
+}
+
 /// A tenant with update rights on Events (and no admission policy installed) strips the operator's
 /// labels and annotations off an Ongoing series object through core/v1, the loop goes on, and the
 /// operator restarts in the middle: the stripped object is never counted as a raw event (the

@@ -8,10 +8,10 @@
 //! a quiet namespace's loop from ever reaching its second occurrence. A dormant key beyond the bound
 //! goes out entirely, the least recently seen first.
 
+use super::budget::Keys;
 use super::counting::Placement;
 use super::storage::{Dormant, Slot, Sources, Tally, record, time};
 use super::{Engine, Landing, Stats};
-use crate::key::store::KeyStore;
 use crate::key::{KeyId, Observation};
 use crate::settings::SlotIdx;
 use chrono::{DateTime, TimeDelta, Utc};
@@ -61,7 +61,7 @@ impl Engine {
                     evict_candidate(slot, &mut self.keys, &mut self.stats, max, Some(at.ns));
                 }
                 let mut tally = Tally {
-                    key: self.keys.insert(&obs.key, obs.note),
+                    key: self.keys.insert(at.ns, &obs.key, obs.note),
                     ns: at.ns,
                     count: 0,
                     first: p.first,
@@ -150,20 +150,40 @@ impl Engine {
 /// becomes dormant; its occurrences count as lone.
 pub(super) fn evict_candidate(
     slot: &mut Slot,
-    keys: &mut KeyStore,
+    keys: &mut Keys,
     stats: &mut Stats,
     max: usize,
     newcomer: Option<u32>,
 ) {
     if let Some((old, evicted)) = slot.candidates.pop_oldest_of_largest(newcomer) {
-        stats.lone += evicted.count;
-        stats.candidates_evicted += 1;
-        make_dormant(slot, keys, old, evicted, max);
+        given_up(slot, keys, stats, max, (old, evicted));
     }
 }
 
-fn make_dormant(slot: &mut Slot, keys: &mut KeyStore, id: KeyId, c: Tally, max: usize) {
-    keys.remove(c.key);
+/// The least recently seen candidate of namespace `ns` becomes dormant; its occurrences count as
+/// lone. Whether the namespace had one.
+pub(super) fn give_up_candidate_of(
+    slot: &mut Slot,
+    keys: &mut Keys,
+    stats: &mut Stats,
+    max: usize,
+    ns: u32,
+) -> bool {
+    let Some(popped) = slot.candidates.pop_oldest_of(ns) else {
+        return false;
+    };
+    given_up(slot, keys, stats, max, popped);
+    true
+}
+
+fn given_up(slot: &mut Slot, keys: &mut Keys, stats: &mut Stats, max: usize, c: (KeyId, Tally)) {
+    stats.lone += c.1.count;
+    stats.candidates_evicted += 1;
+    make_dormant(slot, keys, c.0, c.1, max);
+}
+
+fn make_dormant(slot: &mut Slot, keys: &mut Keys, id: KeyId, c: Tally, max: usize) {
+    keys.remove(c.ns, c.key);
     let d = Dormant {
         ns: c.ns,
         last: c.seen,

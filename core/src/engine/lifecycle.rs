@@ -77,7 +77,7 @@ impl Engine {
             return false;
         };
         let mut tally = Tally {
-            key: self.keys.insert(&obs.key, obs.note),
+            key: self.keys.insert(at.ns, &obs.key, obs.note),
             ns: at.ns,
             count: ended.count,
             first: ended.first,
@@ -86,7 +86,7 @@ impl Engine {
             sources: d.sources,
         };
         if !apart && let Some(c) = slot.candidates.remove(at.ns, &at.id) {
-            self.keys.remove(c.key);
+            self.keys.remove(c.ns, c.key);
             tally.count += c.count;
             tally.last = tally.last.max(c.last);
             tally.seen = tally.seen.max(c.seen);
@@ -211,7 +211,7 @@ impl Engine {
     ) {
         self.stats.series_finished += 1;
         let snap = self.snapshot(id, &s, SeriesState::Finished, now);
-        self.keys.remove(s.tally.key);
+        self.keys.remove(s.tally.ns, s.tally.key);
         self.push_intent(WriteKind::Finish(cause), snap, due.min(now));
         let max = self.policies.settings(slot_idx).max_candidates();
         let t = s.tally;

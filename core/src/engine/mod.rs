@@ -51,7 +51,8 @@
 //! evicted object seen again is measured against the count its key's series, candidate or dormant
 //! record noted for it, so it is not counted again. Every eviction is
 //! counted in [`Stats`]. The keys themselves are held within [`EngineConfig::key_bytes`] (see
-//! `budget`): beyond it candidates, then series, are given up from whoever holds the most.
+//! `budget`): beyond it the namespace holding the most bytes of keys gives up its candidates,
+//! then its series.
 //!
 //! # Clocks
 //!
@@ -77,7 +78,6 @@ mod tables;
 mod timers;
 
 use crate::intent::{Intent, SeriesState, Snapshot, WriteKind};
-use crate::key::store::KeyStore;
 use crate::key::{KeyId, Observation, RawId};
 use crate::settings::{PolicySet, Settings, SlotIdx};
 use chrono::{DateTime, TimeDelta, Utc};
@@ -111,7 +111,7 @@ pub struct Engine {
     /// One per slot of `policies`.
     slots: Vec<Slot>,
     raw: RawCounts,
-    keys: KeyStore,
+    keys: budget::Keys,
     timers: Timers,
     /// When heartbeats fall due, at most `heartbeat_rate` a second.
     pacer: pacing::Pacer,
@@ -141,7 +141,7 @@ impl Engine {
             policies,
             namespaces: Namespaces::default(),
             raw: RawCounts::new(config.raw_capacity),
-            keys: KeyStore::new(),
+            keys: budget::Keys::default(),
             timers: Timers::default(),
             pacer: pacing::Pacer::new(config.heartbeat_rate, config.heartbeat_ceiling),
             watermark: 0,

@@ -139,7 +139,7 @@ impl Engine {
             && let Some(slot) = self.slots.get_mut(slot_idx)
         {
             while let Some((_, s)) = slot.series.pop_oldest_of(i) {
-                self.keys.remove(s.tally.key);
+                self.keys.remove(i, s.tally.key);
                 self.stats.series_finished += 1;
                 self.stats.evicted_namespace_deleted += 1;
             }

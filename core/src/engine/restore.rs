@@ -208,7 +208,7 @@ impl Engine {
         );
         let series = Series {
             tally: Tally {
-                key: self.keys.insert_packed(p.key.packed()),
+                key: self.keys.insert_packed(ns, p.key.packed()),
                 ns,
                 count: p.count,
                 first,
@@ -248,7 +248,7 @@ impl Engine {
             .as_mut()
             .is_some_and(|r| !r.superseded.insert((id, first)));
         if again {
-            self.keys.remove(older.tally.key);
+            self.keys.remove(older.tally.ns, older.tally.key);
         } else {
             self.finish(now, slot_idx, id, older, FinishCause::Gap);
         }
