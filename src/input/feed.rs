@@ -249,6 +249,20 @@ mod tests {
             assert_eq!(feed(&mut engine, &metrics, &own, Arrival::Watched), None);
         }
         assert!(engine.take_intents().is_empty());
+        // The same Event from anyone else makes a series: the controller is what keeps it out.
+        own.reporting_component = Some("someone".into());
+        assert!(feed(&mut engine, &metrics, &own, Arrival::Watched).is_some());
+        let mut more = own.clone();
+        more.series = Some(EventSeries {
+            count: Some(12),
+            last_observed_time: own
+                .series
+                .as_ref()
+                .and_then(|s| s.last_observed_time.clone()),
+        });
+        more.metadata.resource_version = Some("2".into());
+        feed(&mut engine, &metrics, &more, Arrival::Watched);
+        assert!(!engine.take_intents().is_empty());
         assert_eq!(
             metrics
                 .dropped

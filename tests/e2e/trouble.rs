@@ -5,11 +5,11 @@
 
 use crate::OPERATOR;
 use crate::isolation::predicted_name;
-use crate::operator::{state, wait_for};
+use crate::operator::wait_for;
 use anyhow::{Result, bail, ensure};
 use event_series::config::EventSeriesPolicy;
 use event_series_test_support::cluster::{
-    Dedicated, TestNamespace, apply_on, client_for, tenant_client,
+    Dedicated, TestNamespace, apply_on, client_for, series, tenant_client,
 };
 use event_series_test_support::raw::{Occurrences, app_container, kubelet};
 use k8s_openapi::api::core::v1::Event as CoreEvent;
@@ -48,6 +48,27 @@ async fn wait_degraded(
     }
 }
 
+/// Polls the operator's Events regarding policy `name` until `check` holds, for at most 30 s.
+async fn wait_reports<F>(
+    events: &Api<Event>,
+    name: &str,
+    what: &str,
+    check: F,
+) -> Result<Vec<Event>>
+where
+    F: Fn(&[Event]) -> bool,
+{
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let found = reports(events, name).await?;
+        if check(&found) {
+            return Ok(found);
+        }
+        ensure!(Instant::now() < deadline, "{what}: {found:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// The operator's Events regarding policy `name` (they live in `default`: a policy is cluster-scoped).
 async fn reports(events: &Api<Event>, name: &str) -> Result<Vec<Event>> {
     let all = events.list(&ListParams::default()).await?;
@@ -64,17 +85,26 @@ async fn reports(events: &Api<Event>, name: &str) -> Result<Vec<Event>> {
         .collect())
 }
 
-/// A tenant's Event at a series' name, then the loop that makes the series.
-async fn take_a_name_and_loop(raw_api: &Api<CoreEvent>, ns: &str) -> Result<String> {
+/// A tenant's Event at a series' name, then the loop about Pod `pod` that makes the series; the
+/// name the series takes instead.
+async fn take_a_name_and_loop(raw_api: &Api<CoreEvent>, ns: &str, pod: &str) -> Result<String> {
     let start = Timestamp::from_second(Timestamp::now().as_second())?;
-    let regarding = app_container(ns, "web", "uid-web".into());
+    let regarding = app_container(ns, pod, format!("uid-{pod}"));
+    let raw = format!("{pod}.raw");
     let event = |count: i32| {
         let at = Occurrences {
             count,
             first: start,
             last: start + Duration::from_secs(u64::try_from(count - 1).unwrap_or(0)),
         };
-        kubelet(ns, "web.raw", regarding.clone(), "BackOff", "Back-off".into(), at)
+        kubelet(
+            ns,
+            &raw,
+            regarding.clone(),
+            "BackOff",
+            "Back-off".into(),
+            at,
+        )
     };
     let (first, second) = (event(1), event(2));
     let name = predicted_name(&[&first, &second])?;
@@ -95,7 +125,7 @@ async fn take_a_name_and_loop(raw_api: &Api<CoreEvent>, ns: &str) -> Result<Stri
     let patch =
         serde_json::json!({"count": 2, "lastTimestamp": Time(start + Duration::from_secs(1))});
     raw_api
-        .patch("web.raw", &PatchParams::default(), &Patch::Merge(patch))
+        .patch(&raw, &PatchParams::default(), &Patch::Merge(patch))
         .await?;
     Ok(format!("{name}-1"))
 }
@@ -127,7 +157,7 @@ async fn a_name_taken_is_told_on_the_policy_as_an_event_and_a_degraded_condition
     ensure!(calm.reason == "NoTrouble", "{calm:?}");
 
     let raw_api: Api<CoreEvent> = Api::namespaced(tenant, &ns.name);
-    let renamed = take_a_name_and_loop(&raw_api, &ns.name).await?;
+    let renamed = take_a_name_and_loop(&raw_api, &ns.name, "web").await?;
     wait_for(&admin, &ns.name, "the series under its next name", |objs| {
         objs.iter()
             .any(|e| e.metadata.name.as_deref() == Some(renamed.as_str()))
@@ -143,14 +173,11 @@ async fn a_name_taken_is_told_on_the_policy_as_an_event_and_a_degraded_condition
         p.status
     );
     let events: Api<Event> = Api::namespaced(admin.clone(), "default");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let report = loop {
-        if let Some(e) = reports(&events, &name).await?.into_iter().next() {
-            break e;
-        }
-        ensure!(Instant::now() < deadline, "no Event regards the policy");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let found = wait_reports(&events, &name, "one Event regards the policy", |found| {
+        found.len() == 1
+    })
+    .await?;
+    let report = &found[0];
     ensure!(report.reason.as_deref() == Some("NameTaken"), "{report:?}");
     ensure!(report.type_.as_deref() == Some("Warning"), "{report:?}");
     let note = report.note.clone().unwrap_or_default();
@@ -160,18 +187,40 @@ async fn a_name_taken_is_told_on_the_policy_as_an_event_and_a_degraded_condition
         "{note}"
     );
 
-    // Quiet since: Degraded turns False once the quiet period is over, and one Event said it all.
+    // The same trouble again, past the report interval: the same Event, now a series of 2. The
+    // operator watches `default` too, and a repeated Event there would make a series object of
+    // its own if the operator counted its own reports.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let again = take_a_name_and_loop(&raw_api, &ns.name, "db").await?;
+    wait_for(
+        &admin,
+        &ns.name,
+        "the second series under its next name",
+        |objs| {
+            objs.iter()
+                .any(|e| e.metadata.name.as_deref() == Some(again.as_str()))
+        },
+    )
+    .await?;
+    wait_reports(&events, &name, "the Event repeated as a series", |found| {
+        found.len() == 1 && found[0].series.as_ref().is_some_and(|s| s.count == 2)
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let own = series(&admin, "default").await?;
+    ensure!(
+        own.is_empty(),
+        "the operator counted its own Event: {own:?}"
+    );
+
+    // Quiet since: Degraded turns False once the quiet period is over, and nothing more is said.
     let cleared = wait_degraded(&policies, &name, "False", quiet * 3).await?;
     ensure!(cleared.reason == "NoTrouble", "{cleared:?}");
     let all = reports(&events, &name).await?;
-    ensure!(all.len() == 1, "one Event: {all:?}");
-    ensure!(all[0].series.is_none(), "reported once: {:?}", all[0]);
-    // The operator's own Event made no series in `default`.
-    let own = wait_for(&admin, "default", "no series of the operator's report", |objs| {
-        objs.is_empty()
-    })
-    .await?;
-    ensure!(own.iter().all(|e| state(e).is_empty()));
+    ensure!(
+        all.len() == 1 && all[0].series.as_ref().is_some_and(|s| s.count == 2),
+        "{all:?}"
+    );
     drop(op);
     policies.delete(&name, &DeleteParams::default()).await?;
     other.cleanup().await?;
