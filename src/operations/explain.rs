@@ -254,6 +254,18 @@ pub fn condition(
     }
 }
 
+/// Whether a `Degraded: True` found on the object is kept although nothing here says so: a new
+/// leader does not know what its predecessor saw, so it clears a `True` only once it has led for the
+/// quiet period itself.
+pub fn inherited(
+    verdict: &Verdict,
+    observed: Option<&Condition>,
+    led_for: Duration,
+    quiet: Duration,
+) -> bool {
+    !verdict.degraded && led_for < quiet && observed.is_some_and(|c| c.status == "True")
+}
+
 /// Whether `want` must be written: neither the object (`observed`) nor the last write (`sent`)
 /// says it already. Times are left out: only a change of what the condition says is written.
 pub fn needs_write(
@@ -410,6 +422,33 @@ mod tests {
         // The same kinds again: the same words, so no new write.
         e.record(at(t0, 3), Kind::WritesShed, Some("b"), Some("p"), 5);
         assert_eq!(e.verdict(at(t0, 4), "p"), p);
+    }
+
+    #[test]
+    fn a_new_leader_keeps_a_degraded_it_finds_for_the_quiet_period() {
+        let (e, t0) = explain();
+        let calm = e.verdict(t0, "p");
+        let t = Time(k8s_openapi::jiff::Timestamp::from_second(1).unwrap());
+        let found = condition(
+            &Verdict {
+                degraded: true,
+                reason: "WritesShed",
+                message: "m".into(),
+            },
+            Some(1),
+            None,
+            t.clone(),
+        );
+        assert!(inherited(
+            &calm,
+            Some(&found),
+            Duration::from_secs(10),
+            5 * MINUTE
+        ));
+        assert!(!inherited(&calm, Some(&found), 5 * MINUTE, 5 * MINUTE));
+        let quiet = condition(&calm, Some(1), None, t);
+        assert!(!inherited(&calm, Some(&quiet), Duration::ZERO, 5 * MINUTE));
+        assert!(!inherited(&calm, None, Duration::ZERO, 5 * MINUTE));
     }
 
     #[test]

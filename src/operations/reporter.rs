@@ -68,7 +68,8 @@ pub struct Explainer {
     publisher: JoinHandle<()>,
     /// The `Degraded` condition last handed to the status writer, per policy uid.
     sent: HashMap<String, Condition>,
-    leading: bool,
+    /// Since when this replica leads, while it does.
+    leading: Option<Instant>,
 }
 
 impl Explainer {
@@ -88,7 +89,7 @@ impl Explainer {
             events,
             publisher: tokio::spawn(publish(recorder, rx)),
             sent: HashMap::new(),
-            leading: false,
+            leading: None,
         }
     }
 
@@ -96,16 +97,16 @@ impl Explainer {
     /// `Degraded` conditions that changed.
     pub fn tick(&mut self, trouble: &Trouble, policies: &PolicyWatch, leading: bool) {
         let counted = trouble.drain();
+        let now = Instant::now();
         if !leading {
-            if std::mem::take(&mut self.leading) {
+            if self.leading.take().is_some() {
                 // Another replica leads now: what it writes is unknown here.
                 self.explain = Explain::new(self.config.interval, self.config.quiet);
                 self.sent.clear();
             }
             return;
         }
-        self.leading = true;
-        let now = Instant::now();
+        let led_since = *self.leading.get_or_insert(now);
         // Scoped to one namespace, the operator writes nothing on the (cluster-scoped) policies.
         let statuses = policies.statuses();
         for (kind, namespace, n) in counted {
@@ -118,7 +119,7 @@ impl Explainer {
             self.publish(report, policies);
         }
         if let Some(statuses) = statuses {
-            self.conditions(now, policies, &statuses);
+            self.conditions((now, led_since), policies, &statuses);
         }
     }
 
@@ -145,7 +146,7 @@ impl Explainer {
 
     fn conditions(
         &mut self,
-        now: Instant,
+        (now, led_since): (Instant, Instant),
         policies: &PolicyWatch,
         statuses: &crate::config::status::StatusSender,
     ) {
@@ -158,6 +159,11 @@ impl Explainer {
             let observed = (p.status.iter())
                 .flat_map(|s| s.conditions.iter())
                 .find(|c| c.type_ == "Degraded");
+            live.insert(uid.clone());
+            let led_for = now.duration_since(led_since);
+            if explain::inherited(&verdict, observed, led_for, self.config.quiet) {
+                continue;
+            }
             let sent = self.sent.get(&uid);
             let want = explain::condition(
                 &verdict,
@@ -170,7 +176,6 @@ impl Explainer {
                 // The status writer lives as long as the process.
                 let _ = statuses.send((name, StatusPatch::Degraded(want)));
             }
-            live.insert(uid);
         }
         self.sent.retain(|uid, _| live.contains(uid));
     }
