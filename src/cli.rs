@@ -6,6 +6,7 @@ use crate::controller::ControllerConfig;
 use crate::input::paging;
 use crate::leader::LeaseConfig;
 use crate::leader::elector::{Timings, TimingsError};
+use crate::operations::reporter::ReportConfig;
 use crate::reading::{self, table::parse_for};
 use crate::writer::WriterConfig;
 use chrono::TimeDelta;
@@ -255,6 +256,14 @@ pub struct RunArgs {
     /// are summed into one whose labels are `other`.
     #[arg(long, default_value_t = 500)]
     pub max_loop_label_sets: usize,
+    /// The operator's own trouble (writes rejected or shed, names taken, alerts undelivered, series
+    /// given up) is reported as Warning Events on the policy governing the namespace, or on the
+    /// operator's Pod: at most one per reason and object per this interval.
+    #[arg(long, default_value = "60s", value_parser = duration::parse_std)]
+    pub report_interval: Duration,
+    /// How long a policy's `Degraded` condition stays True after the last trouble it reports.
+    #[arg(long, default_value = "5m", value_parser = duration::parse_std)]
+    pub degraded_for: Duration,
     #[command(flatten)]
     pub alerts: AlertArgs,
 }
@@ -403,6 +412,12 @@ impl RunArgs {
             restore_timeout: self.restore_timeout,
             alerts: self.alerts.config(self.request_timeout),
             max_loop_label_sets: self.max_loop_label_sets,
+            report: ReportConfig {
+                interval: self.report_interval,
+                quiet: self.degraded_for,
+                pod: ReportConfig::own_pod(),
+                instance: self.instance.clone().unwrap_or_default(),
+            },
         }
     }
 

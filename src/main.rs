@@ -134,7 +134,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let health = Arc::new(health.with_restore_timeout(args.restore_timeout));
     Metrics::watch_readiness(metrics.clone(), health.clone());
     serve_operations(&args, &client, &metrics, &health).await?;
-    let config = args.controller();
+    let mut config = args.controller();
+    config.report.instance = identity.clone();
     if let Some(alerts) = &config.alerts {
         // A wrong URL or CA file fails the start, not every post of every term.
         let to = event_series::alerting::alertmanager::Alertmanagers::new(alerts.target.clone())?;

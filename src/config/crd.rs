@@ -44,6 +44,7 @@ const FIRST_REFRESH_PATTERN: &str = r"^0$|^([0-9]+(ns|us|µs|ms|s|m|h))+$";
     printcolumn = r#"{"name":"Window","type":"string","jsonPath":".spec.seriesWindow"}"#,
     printcolumn = r#"{"name":"Namespaces","type":"integer","jsonPath":".status.namespaces"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Degraded","type":"string","jsonPath":".status.conditions[?(@.type==\"Degraded\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -251,8 +252,10 @@ pub struct EventSeriesPolicyStatus {
     /// The `metadata.generation` the conditions describe.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready`: True when the spec is applied, with the reason it is not otherwise. One entry per
-    /// type (a list map keyed by `type`, so that server-side apply merges them by type).
+    /// `Ready`: True when the spec is applied, with the reason it is not otherwise. `Degraded`:
+    /// True while the operator met trouble in the namespaces the policy governs, or cluster-wide
+    /// (see its Events). One entry per type (a list map keyed by `type`, so that server-side apply
+    /// merges them by type).
     #[serde(default)]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

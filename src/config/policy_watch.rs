@@ -8,7 +8,7 @@
 
 use super::crd::{EventSeriesPolicy, EventSeriesPolicyStatus};
 use super::resolve::{self, Resolved};
-use super::status::{self, StatusWriter};
+use super::status::{self, StatusPatch, StatusSender, StatusWriter};
 use event_series_core::settings::{PolicySet, Settings};
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
@@ -20,7 +20,6 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Client, ResourceExt};
 use std::collections::{BTreeMap, HashMap};
-use tokio::sync::mpsc::UnboundedSender;
 
 pub type Labels = BTreeMap<String, String>;
 
@@ -80,7 +79,7 @@ pub struct PolicyWatch {
     /// `None` when the operator is scoped to one namespace: policies are cluster-scoped, so only an
     /// operator that sees every namespace can say how many a policy governs, and several scoped
     /// operators must not fight over the status.
-    statuses: Option<UnboundedSender<(String, EventSeriesPolicyStatus)>>,
+    statuses: Option<StatusSender>,
 }
 
 impl PolicyWatch {
@@ -127,6 +126,23 @@ impl PolicyWatch {
     /// Every namespace with its labels.
     pub fn namespaces(&self) -> impl Iterator<Item = (&String, &Labels)> {
         self.state.namespaces()
+    }
+
+    /// The name of the policy that governs `namespace`, if one does.
+    pub fn governing(&self, namespace: &str) -> Option<&str> {
+        let labels = self.state.namespaces.get(namespace)?;
+        let set = &self.resolved.set;
+        set.policy_name(set.resolve(labels))
+    }
+
+    /// Every policy as last seen.
+    pub fn policies(&self) -> impl Iterator<Item = &EventSeriesPolicy> {
+        self.state.policies.values()
+    }
+
+    /// Where status writes go; `None` when this operator writes no statuses (scoped to a namespace).
+    pub fn statuses(&self) -> Option<StatusSender> {
+        self.statuses.clone()
     }
 
     /// Waits for the next watcher event; an error only when a watch ended for good.
@@ -202,7 +218,7 @@ impl PolicyWatch {
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         for update in self.state.status_updates(&self.resolved, now) {
             // The writer lives as long as the process.
-            let _ = tx.send(update);
+            let _ = tx.send((update.0, StatusPatch::Ready(update.1)));
         }
     }
 }
@@ -379,7 +395,9 @@ impl PolicyState {
                 continue;
             };
             let uid = p.metadata.uid.clone().unwrap_or_else(|| name.clone());
-            let current = p.status.as_ref();
+            // The `Degraded` condition is another writer's: compared without it.
+            let current = p.status.as_ref().map(status::own_part);
+            let current = current.as_ref();
             let sent = self.sent.get(&uid);
             let want = status::status(
                 p.metadata.generation,

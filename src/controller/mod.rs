@@ -32,6 +32,7 @@ use crate::leader::WriteFence;
 use crate::leader::elector::Fence;
 use crate::operations::health::Health;
 use crate::operations::metrics::Metrics;
+use crate::operations::reporter::{Explainer, ReportConfig};
 use crate::writer::{Observed, WriterConfig};
 use channels::ControllerEnds;
 use chrono::Utc;
@@ -84,6 +85,8 @@ pub struct ControllerConfig {
     pub alerts: Option<AlertConfig>,
     /// Most label sets of the `loops` gauge.
     pub max_loop_label_sets: usize,
+    /// The operator's own trouble as Events and the `Degraded` condition.
+    pub report: ReportConfig,
 }
 
 /// How often the engine's memory upkeep runs ([`Engine::housekeep`]), and the loop gauge and
@@ -185,6 +188,7 @@ pub async fn run(
         timers: Timers::new(),
         own,
         fence,
+        explainer: Explainer::start(&client, config.report.clone()),
     };
     controller.lead_if_leading()?;
     if let Some(step) = held {
@@ -285,6 +289,7 @@ struct Controller {
     /// While this replica stands by: the leader's writes ([`standby`]).
     own: Option<OwnObjects>,
     fence: WriteFence,
+    explainer: Explainer,
 }
 
 /// The clock ticks of the central loop: a late tick is skipped, never caught up in a burst.
@@ -339,6 +344,7 @@ impl Controller {
                 _ = self.timers.tick.tick() => {
                     self.lead_if_leading()?;
                     self.on_tick();
+                    (self.explainer).tick(&self.metrics.trouble, &self.policies, leading(&self.fence));
                 }
                 _ = self.timers.housekeeping.tick() => self.on_housekeeping(),
                 _ = self.timers.alert_scan.tick(), if scan_alerts => {

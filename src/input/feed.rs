@@ -13,6 +13,11 @@
 //! [`object::object_name`]) is recognised as a series object whatever its labels, and never
 //! counted. Nobody is hurt by a forgery of that name: it can only be a tenant's own event about
 //! its own namespace that goes uncounted.
+//!
+//! The operator's Events about its own trouble ([`crate::operations::reporter`]) are not counted
+//! either (by their `reportingController`): reports of trouble never make series, so they never
+//! make writes that could be trouble again. A forgery of that controller, too, only leaves the
+//! forger's own events uncounted.
 
 use crate::object;
 use crate::operations::metrics::Metrics;
@@ -35,7 +40,11 @@ pub enum Arrival {
 /// Reads a raw event: one with a field cut to its limit is counted, one that cannot be read is
 /// skipped with a log line and counted as a dropped occurrence.
 pub fn read<'a>(ev: &'a Event, metrics: &Metrics) -> Option<Observation<'a>> {
+    let own_report = |e: &Event| {
+        e.reporting_component.as_deref() == Some(crate::operations::reporter::REPORTING_CONTROLLER)
+    };
     match key::normalise(ev) {
+        Ok(_) if own_report(ev) => None,
         Ok(obs) if is_series_object(ev, &obs) => {
             tracing::debug!(name = ?ev.metadata.name, namespace = ?ev.metadata.namespace,
                 "a series object without its labels: not counted");
@@ -218,6 +227,51 @@ mod tests {
             "eventTime": now, "series": {"count": 3, "lastObservedTime": now}
         }))
         .unwrap()
+    }
+
+    /// The operator's reports of its own trouble are read but never counted, however they repeat.
+    #[test]
+    fn the_operators_own_reports_are_not_counted() {
+        let metrics = Metrics::default();
+        let mut own = raw("3 series names found taken");
+        own.reporting_component = Some(crate::operations::reporter::REPORTING_CONTROLLER.into());
+        assert!(read(&own, &metrics).is_none());
+        assert!(read(&raw("other"), &metrics).is_some());
+        let mut engine = Engine::with_settings(Settings::default());
+        for n in 2..10 {
+            own.series = Some(EventSeries {
+                count: Some(n),
+                last_observed_time: own
+                    .series
+                    .as_ref()
+                    .and_then(|s| s.last_observed_time.clone()),
+            });
+            assert_eq!(feed(&mut engine, &metrics, &own, Arrival::Watched), None);
+        }
+        assert!(engine.take_intents().is_empty());
+        // The same Event from anyone else makes a series: the controller is what keeps it out.
+        own.reporting_component = Some("someone".into());
+        assert!(feed(&mut engine, &metrics, &own, Arrival::Watched).is_some());
+        let mut more = own.clone();
+        more.series = Some(EventSeries {
+            count: Some(12),
+            last_observed_time: own
+                .series
+                .as_ref()
+                .and_then(|s| s.last_observed_time.clone()),
+        });
+        more.metadata.resource_version = Some("2".into());
+        feed(&mut engine, &metrics, &more, Arrival::Watched);
+        assert!(!engine.take_intents().is_empty());
+        assert_eq!(
+            metrics
+                .dropped
+                .get_or_create(&crate::operations::metrics::DropLabels {
+                    reason: "unreadable".into()
+                })
+                .get(),
+            0
+        );
     }
 
     /// A slim event reads as the event it came from, cuts included, and is small.

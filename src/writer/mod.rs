@@ -37,6 +37,7 @@ use crate::leader::elector::Fence;
 use crate::object::{self, to_event, to_update};
 use crate::operations::health::Health;
 use crate::operations::metrics::Metrics;
+use crate::operations::trouble::Kind;
 pub use answer::{Answer, Next, Verb, next};
 use event_series_core::intent::{Intent, Landed, WriteKind};
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -246,12 +247,14 @@ impl Writer {
             Settled::Done => self.settle(),
             Settled::Renamed { variant } => {
                 self.metrics.names_taken.inc();
+                (self.metrics.trouble).note(Kind::NameTaken, Some(namespace), 1);
                 tracing::warn!(%namespace, %name, variant,
                     "an Event that is not the series' own holds its name: the series takes its next name");
             }
             Settled::Rejected { why, intent } => {
                 tracing::error!(%namespace, %name, verb = job.verb.as_str(),
                     object = ?to_event(&intent.series), error = %why, "series write rejected");
+                (self.metrics.trouble).note(Kind::WritesRejected, Some(namespace), 1);
                 self.settle();
             }
             Settled::Again { after } if !after.is_zero() => {
@@ -269,6 +272,7 @@ impl Writer {
             return;
         };
         self.metrics.write_shed(shed.kind);
+        (self.metrics.trouble).note(Kind::WritesShed, Some(&shed.namespace), 1);
         self.shed.0 += 1;
         if self
             .shed

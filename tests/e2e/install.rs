@@ -260,6 +260,24 @@ async fn apply_k_installs_a_least_privilege_operator() -> Result<()> {
         Some(1),
         "quick governs its namespace only"
     );
+    // The leader's Degraded condition too, beside Ready (server-side apply, the same `patch` right).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let quick = policies.get("quick").await?;
+        let degraded = (quick.status.iter())
+            .flat_map(|s| s.conditions.iter())
+            .find(|c| c.type_ == "Degraded")
+            .map(|c| c.status.clone());
+        if degraded.as_deref() == Some("False") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no Degraded=False: {:?}",
+            quick.status
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     // The default policy governs every other namespace (default, kube-system, event-series-system...).
     let default = policies.get("default").await?;
     let governs = default.status.and_then(|s| s.namespaces).unwrap_or(0);

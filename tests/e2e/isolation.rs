@@ -759,7 +759,7 @@ async fn a_name_taken_by_a_tenants_event_is_left_alone_and_the_series_takes_the_
 }
 
 /// The name the operator's engine gives the series these raw event states make.
-fn predicted_name(states: &[&CoreEvent]) -> Result<String> {
+pub(crate) fn predicted_name(states: &[&CoreEvent]) -> Result<String> {
     use event_series_core::engine::Engine;
     let mut engine = Engine::with_settings(event_series_core::settings::Settings::default());
     let now = chrono::Utc::now();

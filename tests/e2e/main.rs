@@ -22,6 +22,7 @@ mod secure_metrics;
 mod shares;
 mod slow;
 mod tenant_text;
+mod trouble;
 mod updates;
 mod watch;
 

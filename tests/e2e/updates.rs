@@ -121,13 +121,18 @@ async fn an_event_created_at_a_deleted_series_objects_name_is_not_written_into()
     );
     ensure!(after.series == copy.series);
     let moved = format!("{name}-1");
-    let objs = wait_for(&client, &ns.name, "the series Finished at its next name", |objs| {
-        objs.iter().any(|e| {
-            e.metadata.name.as_deref() == Some(moved.as_str())
-                && state(e) == "Finished"
-                && count(e) == 2
-        })
-    })
+    let objs = wait_for(
+        &client,
+        &ns.name,
+        "the series Finished at its next name",
+        |objs| {
+            objs.iter().any(|e| {
+                e.metadata.name.as_deref() == Some(moved.as_str())
+                    && state(e) == "Finished"
+                    && count(e) == 2
+            })
+        },
+    )
     .await?;
     ensure!(objs.len() == 1, "one series object: {objs:?}");
     ensure!(op.metric("event_series_names_taken_total") == 1.0);

@@ -9,6 +9,7 @@ pub use labels::*;
 pub use loop_gauge::{LoopCollector, LoopGauge, LoopLabels, LoopRows, TypeLabel, fold};
 pub use process::{ProcessCollector, ProcessStats};
 
+use crate::operations::trouble::Kind;
 use event_series_core::engine::Stats;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -61,6 +62,8 @@ pub struct Metrics {
     pub alerts_over_limit: Gauge,
     /// The rows of `loops{namespace,reason,type,state}` ([`LoopGauge`]).
     pub loop_rows: std::sync::Arc<LoopRows>,
+    /// The operator's own trouble, for its Events and the `Degraded` condition.
+    pub trouble: crate::operations::trouble::Trouble,
     /// Engine counters already exported, so that [`Metrics::sync_engine`] adds only the growth.
     seen: SeenStats,
 }
@@ -352,15 +355,19 @@ impl Metrics {
         self.dropped.get_or_create(&label(reason)).inc_by(n);
     }
 
-    /// A completeness probe answered (see [`crate::input::completeness`]).
+    /// Alerts posted (or not), by outcome; any but `sent` is trouble to report.
     pub fn alerts_sent(&self, outcome: &str, n: u64) {
         self.alerts_sent
             .get_or_create(&OutcomeLabels {
                 outcome: outcome.to_owned(),
             })
             .inc_by(n);
+        if outcome != "sent" {
+            self.trouble.note(Kind::AlertsUndelivered, None, n);
+        }
     }
 
+    /// A completeness probe answered (see [`crate::input::completeness`]).
     pub fn watch_probe(&self, result: &'static str) {
         self.watch_probes
             .get_or_create(&ProbeLabels { result })
@@ -468,6 +475,9 @@ impl Metrics {
             let n = grow(seen, now);
             if n > 0 {
                 self.series_evicted.get_or_create(&label(reason)).inc_by(n);
+                if reason == "key_bytes" {
+                    self.trouble.note(Kind::KeysGivenUp, None, n);
+                }
             }
         }
         self.series_active.set(active as i64);
