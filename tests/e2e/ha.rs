@@ -310,8 +310,9 @@ async fn a_deposed_leaders_late_write_is_refused_by_the_api_server() -> Result<(
 /// Alerts through a hand-over at scale: 2,000 loops alerting (500 at once by `--max-alerts`, the
 /// oldest loops first), the leader killed (SIGKILL) with the default lease timings. The warm
 /// standby writes within the lease duration + 5 s of the kill (a loop that starts at the kill is
-/// owed a create), and posts the same 500 alerts before any expires: the webhook gets one firing
-/// notification per alerting loop and nothing resolved, and Alertmanager holds the same set.
+/// owed a create), and posts the same 500 alerts before any expires (posts every 15 s, each valid
+/// for 60 s: about 30 s left once the Lease is free): the webhook gets one firing notification per
+/// alerting loop and nothing resolved, and Alertmanager holds the same set.
 #[tokio::test]
 async fn thousands_of_alerting_loops_go_through_a_hand_over_without_a_second_notification()
 -> Result<()> {
@@ -352,7 +353,7 @@ async fn thousands_of_alerting_loops_go_through_a_hand_over_without_a_second_not
             "--alertmanager-url",
             &url,
             "--alert-resend-interval",
-            "5s",
+            "15s",
             "--max-alerts",
             "500",
             "--max-alerts-per-namespace",
@@ -435,8 +436,9 @@ async fn thousands_of_alerting_loops_go_through_a_hand_over_without_a_second_not
         first_write <= Duration::from_secs(20),
         "first write {first_write:?} after the kill: beyond the lease duration (15 s) + 5 s"
     );
-    // Past the alerts' validity (four resend intervals): a lapse would have been notified.
-    tokio::time::sleep(Duration::from_secs(30)).await;
+    // Past the alerts' validity (four resend intervals, 60 s from the old leader's last post): a
+    // lapse would have been notified.
+    tokio::time::sleep(Duration::from_secs(60)).await;
     let after = per_loop(&hook);
     assert_eq!(before.len(), ALERTS, "{} loops notified", before.len());
     let again: Vec<_> = after.iter().filter(|(_, n)| **n != (1, 0)).collect();
