@@ -21,7 +21,7 @@
 #        events.k8s.io write, timed by the API server): the first write after the kill and the longest
 #        gap between two series writes from 30 s before the kill to 30 s after that first write;
 #      - B is stopped (SIGTERM, which hands the Lease over), and the next mode starts with a new A.
-# Result: bench/results/failover/<date>.json and one line on stdout.
+# Result: bench/results/failover/<date>.json (written after each mode) and one line on stdout.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -248,20 +248,21 @@ run_mode() {
       one_replica: $one, two_replicas: $two, restore_phases: $phases}' >"$CLUSTER_DIR/mode-$mode.json"
 }
 
+# The result is written after each mode, so that a long run stopped early keeps what it measured.
+mkdir -p "$ROOT/bench/results/failover"
+out="$ROOT/bench/results/failover/$(date -u +%Y%m%dT%H%M%SZ).json"
 modes='{}' first=1
 for mode in $MODES; do
   run_mode "$mode" "$first"
   modes="$(jq --arg m "$mode" --slurpfile f "$CLUSTER_DIR/mode-$mode.json" '. + {($m): $f[0]}' <<<"$modes")"
   first=0
+  jq -n --arg commit "$BENCH_COMMIT" --argjson machine "$machine" \
+    --argjson history "$HISTORY" --argjson series "$SERIES" --arg flags "${FLAGS[*]}" \
+    --argjson rate "$RATE" --arg heartbeat "$STREAM_HEARTBEAT" --argjson window "$WINDOW" \
+    --argjson history_s "$history_s" --argjson seed_s "$seed_s" --argjson modes "$modes" \
+    '{commit: $commit, machine: $machine, stored_raw_events: ($history + $series), series: $series,
+      flags: $flags, stream: {rate_per_s: $rate, keys: 50, heartbeat: $heartbeat}, window_s: $window,
+      store_s: {history: $history_s, series: $seed_s}, mode_order: ($modes | keys_unsorted),
+      modes: $modes}' >"$out"
 done
-
-mkdir -p "$ROOT/bench/results/failover"
-out="$ROOT/bench/results/failover/$(date -u +%Y%m%dT%H%M%SZ).json"
-jq -n --arg commit "$BENCH_COMMIT" --argjson machine "$machine" \
-  --argjson history "$HISTORY" --argjson series "$SERIES" --arg flags "${FLAGS[*]}" \
-  --argjson rate "$RATE" --arg heartbeat "$STREAM_HEARTBEAT" --argjson window "$WINDOW" \
-  --argjson history_s "$history_s" --argjson seed_s "$seed_s" --argjson modes "$modes" \
-  '{commit: $commit, machine: $machine, stored_raw_events: ($history + $series), series: $series,
-    flags: $flags, stream: {rate_per_s: $rate, keys: 50, heartbeat: $heartbeat}, window_s: $window,
-    store_s: {history: $history_s, series: $seed_s}, modes: $modes}' >"$out"
 echo "failover: $((HISTORY + SERIES)) raw events, $SERIES series: $(jq -c '.modes | map_values(.after_sigkill_ms)' "$out") ($out)"
