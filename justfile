@@ -111,7 +111,7 @@ bench-scale: bench-build
     bash hack/tools.sh kwok
     bash bench/scale.sh
 
-# A leader killed with SIGKILL beside 10^6 stored raw events and 10^5 series: Lease, rebuild and first write of the standby, against bare lists of the same objects; peak RSS (bench/failover.sh; HISTORY, SERIES).
+# A leader killed with SIGKILL beside 10^6 stored raw events and 10^5 series, its standby cold (--standby cold, the baseline) and warm in one run: Lease, first write and longest write gap; RSS of both replicas; API server CPU and watch bytes with one and two replicas (bench/failover.sh; HISTORY, SERIES, MODES, WINDOW).
 bench-failover: bench-build
     bash bench/failover.sh
 

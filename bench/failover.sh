@@ -1,145 +1,268 @@
 #!/usr/bin/env bash
-# `just bench-failover`: a leader killed with SIGKILL at a realistic size, on a real kube-apiserver
-# (target/envtest-bench-failover).
+# `just bench-failover`: a leader killed with SIGKILL, its standby cold and warm in the same run, on
+# the same stored data, on a real kube-apiserver (target/envtest-bench-failover).
 #   1. stores HISTORY (900,000) raw events of loops that ended 150 minutes ago (1-3 occurrences each, in
 #      1,000 namespaces: what most of a cluster's stored events are) and SERIES (100,000) raw events that
-#      each count 2 recent occurrences (each a series at once, in 10 namespaces): HISTORY + SERIES stored
-#      raw events in all;
-#   2. runs two replicas with leader election (--qps/--burst 2000 so that the creates finish quickly;
-#      finishAfter, seriesWindow 2h so that nothing finishes), and waits until the leader has written
-#      every series object; the leader's RSS then is the steady RSS;
-#   3. times the bare paginated lists of the same objects with kubectl (--chunk-size 500, like the
-#      operator's pages), the raw events and the series objects, one after the other;
-#   4. starts a small raw load (RATE changes a second on 50 other keys, so that there is always a write
-#      to make), kills the leader with SIGKILL, and times, from the kill: the standby holding the Lease
-#      (its event_series_leader gauge), its engine rebuilt (its log's "recovered; watching"), and its
-#      first write answered by the API server (event_series_api_requests_total); with its peak RSS
-#      (VmHWM) over that restore.
-# Result: bench/results/failover/<date>.json and one line on stdout.
+#      each count 2 recent occurrences (each a series at once, in 10 namespaces);
+#   2. for each of MODES (cold warm), replicas started with the hidden `--standby MODE`: a cold standby
+#      waits for the Lease before it lists anything and then rebuilds (the old behaviour, kept as the
+#      baseline), a warm one lists, watches and keeps its engine current meanwhile. Flags: --qps/--burst
+#      2000 so that the first leader's creates finish quickly; finishAfter, seriesWindow and the
+#      heartbeat 2 h so that the stored series are not written again during the run. A raw load (RATE
+#      changes a second, kubelet-style core/v1 Events, on 50 keys in a namespace of the mode's own) runs
+#      throughout; a policy gives that namespace's series a STREAM_HEARTBEAT heartbeat, so that the
+#      leader writes a steady stream of patches;
+#      - replica A leads (the first mode: until it has created every series object), then the API
+#        server's and etcd's CPU seconds and the bytes of watch events it sent for Events over WINDOW
+#        seconds with one replica; replica B starts, is Ready, and the same window with two; RSS of both;
+#      - A is killed with SIGKILL; from the kill: B holding the Lease (its event_series_leader gauge),
+#        its engine rebuilt (cold: its log's "recovered; watching"), its first series write answered
+#        (event_series_api_requests_total create/patch 2xx); from the API server's audit log (every
+#        events.k8s.io write, timed by the API server): the first write after the kill and the longest
+#        gap between two series writes from 30 s before the kill to 30 s after that first write;
+#      - B is stopped (SIGTERM, which hands the Lease over), and the next mode starts with a new A.
+# Result: bench/results/failover/<date>.json (written after each mode) and one line on stdout.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$ROOT/bench/lib.sh"
 
 HISTORY="${HISTORY:-900000}" SERIES="${SERIES:-100000}" RATE="${RATE:-5}"
+MODES="${MODES:-cold warm}" WINDOW="${WINDOW:-60}" STREAM_HEARTBEAT="${STREAM_HEARTBEAT:-5s}"
 need_loader
-A_PID='' B_PID='' LOAD_PID='' SAMPLER_PID=''
-trap 'kill "$LOAD_PID" "$SAMPLER_PID" 2>/dev/null || true; kill -9 "$A_PID" 2>/dev/null || true; stop_pid "$B_PID"; cluster_stop' EXIT
+A_PID='' B_PID='' LOAD_PID=''
+trap 'kill "$LOAD_PID" 2>/dev/null || true; kill -9 "$A_PID" 2>/dev/null || true; stop_pid "$B_PID"; cluster_stop' EXIT
 
 # 10^6 events of about 1 KB each: etcd's default 2 GiB quota holds them, with room for compaction.
-# Compaction (etcd's own, and the API server's) every 2 hours, not every 5 minutes: one bare list of
-# 10^6 events takes about 6 minutes here, and kubectl, unlike the operator, cannot go on from the
-# token a 410 offers; a compaction during the run would also send the leader's watch a 410 and
-# make it relist, which is not what this benchmark measures.
+# Compaction (etcd's own, and the API server's) every 2 hours, not every 5 minutes: a compaction
+# during the run would send the replicas' watches a 410 and make them relist, which is not what this
+# benchmark measures.
 cluster_start failover EVENT_TTL=3h \
   "ETCD_EXTRA_ARGS=--quota-backend-bytes=8589934592 --auto-compaction-retention=2h" \
   "APISERVER_EXTRA_ARGS=--etcd-compaction-interval=2h"
 machine="$(machine_json)"
+APISERVER_PID="$(cat "$CLUSTER_DIR/apiserver.pid")" ETCD_PID="$(cat "$CLUSTER_DIR/etcd.pid")"
 k apply --server-side -f "$ROOT/crds/eventseries.dev_eventseriespolicies.yaml" >/dev/null
 k wait --for=condition=Established --timeout=60s crd/eventseriespolicies.eventseries.dev >/dev/null
 k create namespace event-series-system >/dev/null
+# The stream's namespaces (one per mode, labelled while their mode runs): a heartbeat short enough
+# that the leader writes several times a second.
+k apply -f - >/dev/null <<EOF
+apiVersion: eventseries.dev/v1alpha1
+kind: EventSeriesPolicy
+metadata:
+  name: failover-stream
+spec:
+  namespaceSelector:
+    matchLabels:
+      bench-failover-stream: "on"
+  heartbeatInterval: $STREAM_HEARTBEAT
+  firstRefresh: "0"
+  finishAfter: 2h
+  seriesWindow: 2h
+EOF
 
 t0=$SECONDS
 # 150 minutes old: beyond the 2 h seriesWindow of FLAGS below (so they are history, not series) and
-# within the 3 h event TTL. (At the loader's default 30 minutes, the first run at 10^6 made 600,000
-# of them series, which filled the writer's queue.)
+# within the 3 h event TTL.
 KUBECONFIG="$KUBECONFIG_FILE" "$LOADER" --concurrency 48 history --count "$HISTORY" --age-minutes 150 >/dev/null
-log "stored $HISTORY raw events of finished loops in $((SECONDS - t0)) s"
+history_s=$((SECONDS - t0))
+log "stored $HISTORY raw events of finished loops in $history_s s"
 t0=$SECONDS
 KUBECONFIG="$KUBECONFIG_FILE" "$LOADER" --concurrency 48 seed --count "$SERIES" >/dev/null
-log "stored $SERIES raw events that are series in $((SECONDS - t0)) s"
+seed_s=$((SECONDS - t0))
+log "stored $SERIES raw events that are series in $seed_s s"
 
 FLAGS=(--leader-elect --lease-namespace event-series-system --qps 2000 --burst 2000
-  --finish-after 2h --series-window 2h)
-operator_start "$CLUSTER_DIR/operator-a.log" "${FLAGS[@]}" --instance replica-a
-A_PID=$OP_PID A_URL=$OP_URL
-for _ in $(seq 300); do [ "$(op_metric event_series_leader)" = 1 ] && break; sleep 0.2; done
-[ "$(op_metric event_series_leader)" = 1 ] || die "replica-a did not lead (log $CLUSTER_DIR/operator-a.log)"
-operator_start "$CLUSTER_DIR/operator-b.log" "${FLAGS[@]}" --instance replica-b
-B_PID=$OP_PID B_URL=$OP_URL B_HEALTH=$OP_HEALTH
+  --finish-after 2h --series-window 2h --heartbeat-interval 2h)
 
-# Until the leader has written every series object.
-t0=$SECONDS
-OP_URL=$A_URL OP_PID=$A_PID
-wait_for_creates "$SERIES" "$CLUSTER_DIR/operator-a.log"
-sleep 20
-steady_rss="$(rss_kib "$A_PID")"
-log "replica-a created $SERIES series in $((SECONDS - t0)) s; steady RSS $steady_rss KiB"
+# cpu_s PID: the process's CPU seconds (user + system).
+cpu_s() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f\n", ($14 + $15) / hz }' "/proc/$1/stat"; }
 
-# The bare lists of the same objects, as a client pages them.
-list_ms() {
-  local t n
-  t="$(date +%s%N)"
-  n="$(k get "$1" -A -l "$2" --chunk-size=500 -o name | wc -l)"
-  echo "$n $((($(date +%s%N) - t) / 1000000))"
+# watch_bytes: "<core> <events.k8s.io>": the bytes of watch events the API server has sent for Events
+# of each group (apiserver_watch_events_sizes_sum).
+watch_bytes() {
+  api_get /metrics | awk '
+    /^apiserver_watch_events_sizes_sum\{/ && (/resource="events"/ || /kind="Event"/) {
+      g = $0; sub(/.*group="/, "", g); sub(/".*/, "", g)
+      if (g == "") core += $NF; else if (g == "events.k8s.io") ev += $NF
+    }
+    END { printf "%d %d\n", core, ev }'
 }
-read -r own_n own_ms <<<"$(list_ms events.v1.events.k8s.io app.kubernetes.io/managed-by=event-series)"
-read -r raw_n raw_ms <<<"$(list_ms events 'app.kubernetes.io/managed-by!=event-series')"
-log "bare lists: $own_n series objects in $own_ms ms, $raw_n raw events in $raw_ms ms"
 
-OP_URL=$B_URL OP_HEALTH=$B_HEALTH
-operator_ready || die "the standby is not Ready before the kill"
-b_hwm_before="$(hwm_kib "$B_PID")"
-KUBECONFIG="$KUBECONFIG_FILE" "$LOADER" --concurrency 4 rate --rate "$RATE" --duration 900 --keys 50 \
-  >"$CLUSTER_DIR/load.json" &
-LOAD_PID=$!
-sleep 5
-# Series writes only: api_requests_total also counts the standby's Lease requests.
+# window: the API server's and etcd's CPU seconds and the watch bytes for Events (core, events.k8s.io)
+# over WINDOW seconds, as a JSON object.
+window() {
+  local a0 e0 a1 e1 c0 v0 c1 v1
+  a0="$(cpu_s "$APISERVER_PID")" e0="$(cpu_s "$ETCD_PID")"
+  read -r c0 v0 <<<"$(watch_bytes)"
+  sleep "$WINDOW"
+  a1="$(cpu_s "$APISERVER_PID")" e1="$(cpu_s "$ETCD_PID")"
+  read -r c1 v1 <<<"$(watch_bytes)"
+  jq -n --argjson a "$(awk -v a="$a0" -v b="$a1" 'BEGIN { printf "%.2f", b - a }')" \
+    --argjson e "$(awk -v a="$e0" -v b="$e1" 'BEGIN { printf "%.2f", b - a }')" \
+    --argjson c "$((c1 - c0))" --argjson v "$((v1 - v0))" --argjson s "$WINDOW" \
+    -c '{seconds: $s, apiserver_cpu_s: $a, etcd_cpu_s: $e, watch_bytes: {core: $c, events_k8s_io: $v}}'
+}
+
+# until_quiet: until the operator at OP_URL is Ready with no write pending (10 s in a row).
+until_quiet() {
+  local t0=$SECONDS quiet=0
+  while [ "$quiet" -lt 10 ]; do
+    [ $((SECONDS - t0)) -lt 3600 ] || die "the operator did not settle in an hour ($1)"
+    kill -0 "$OP_PID" || die "the operator exited ($1)"
+    if operator_ready && [ "$(op_metric event_series_writes_pending | cut -d. -f1)" = 0 ]; then
+      quiet=$((quiet + 1))
+    else
+      quiet=0
+    fi
+    sleep 1
+  done
+}
+
+# Series writes answered to the operator at OP_URL (api_requests_total also counts Lease requests).
 series_writes() {
   { curl -fsS --max-time 5 "$OP_URL/metrics" || true; } |
     awk '$1 ~ /^event_series_api_requests_total\{verb="(create|patch)",code="2/ { n += $2 } END { printf "%d\n", n }'
 }
-writes_before="$(series_writes)"
-t_kill="$(date +%s%N)"
-# The standby's RSS and peak (KiB) every 0.2 s from the kill: where in the restore the peak falls.
-timeline="$CLUSTER_DIR/standby-rss.tsv"
-(
-  while kill -0 "$B_PID" 2>/dev/null; do
-    printf '%s %s\n' "$((($(date +%s%N) - t_kill) / 1000000))" \
-      "$(awk '/^VmRSS:/ { r = $2 } /^VmHWM:/ { h = $2 } END { print r, h }' "/proc/$B_PID/status")"
-    sleep 0.2
-  done
-) >"$timeline" 2>/dev/null &
-SAMPLER_PID=$!
-kill -9 "$A_PID"
-A_PID=''
-ms() { echo $((($(date +%s%N) - t_kill) / 1000000)); }
-lease_ms='' restored_ms='' write_ms=''
-while [ -z "$write_ms" ] || [ -z "$restored_ms" ]; do
-  [ "$(ms)" -lt 1800000 ] || die "the standby did not take over within 30 min (log $CLUSTER_DIR/operator-b.log)"
-  kill -0 "$B_PID" || die "the standby exited (log $CLUSTER_DIR/operator-b.log)"
-  [ -z "$lease_ms" ] && [ "$(op_metric event_series_leader)" = 1 ] && lease_ms="$(ms)"
-  [ -z "$restored_ms" ] && grep -q 'recovered; watching' "$CLUSTER_DIR/operator-b.log" && restored_ms="$(ms)"
-  [ -z "$write_ms" ] && [ "$(series_writes)" -gt "$writes_before" ] && write_ms="$(ms)"
-  sleep 0.1
-done
-b_hwm="$(hwm_kib "$B_PID")"
-kill "$SAMPLER_PID" 2>/dev/null || true
-SAMPLER_PID=''
-ready=$([ "$(curl -s -o /dev/null -w '%{http_code}' "$B_HEALTH/readyz")" = 200 ] && echo true || echo false)
-log "after SIGKILL: Lease at $lease_ms ms, rebuilt at $restored_ms ms, first write at $write_ms ms; peak RSS $b_hwm KiB (steady $steady_rss)"
-phases="$(grep -m1 -F 'recovered; watching' "$CLUSTER_DIR/operator-b.log" | sed 's/\x1b\[[0-9;]*m//g' |
-  grep -oE '[a-z_]+=[0-9]+' | jq -Rn '[inputs | split("=") | {(.[0]): (.[1] | tonumber)}] | add // {}')"
 
+# audit_writes FROM_MS: the API server's answer times (ms since the epoch, sorted) of the 2xx creates
+# and patches of events.k8s.io Events recorded in the audit log since FROM_MS.
+audit_writes() {
+  find "$CLUSTER_DIR" -maxdepth 1 -name 'audit*.log' -newer "$CLUSTER_DIR/window.mark" -print0 |
+    xargs -0 grep -hF '"stage":"ResponseComplete"' | grep -F '"apiGroup":"events.k8s.io"' |
+    jq -r --argjson from "$1" '
+      select(.objectRef.resource == "events" and (.verb == "create" or .verb == "patch")
+             and .responseStatus.code < 300)
+      | (.stageTimestamp | capture("^(?<s>[^.Z]+)(\\.(?<f>[0-9]+))?Z$")) as $t
+      | ((($t.s + "Z") | fromdateiso8601) * 1000 + (("0." + ($t.f // "0")) | tonumber) * 1000 | floor)
+      | select(. >= $from)' | sort -n
+}
+
+# longest_gap FROM_MS TO_MS (stdin: sorted ms): the longest time without a write in [FROM, TO] (the
+# window's ends count as writes' bounds), and the number of writes in it.
+longest_gap() {
+  awk -v from="$1" -v to="$2" '
+    $1 >= from && $1 <= to { if ($1 - prev > g) g = $1 - prev; prev = $1; n++ }
+    BEGIN { prev = from } END { if (to - prev > g) g = to - prev; printf "%d %d\n", g, n }'
+}
+
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+# run_mode MODE FIRST: one failover with standbys of MODE; FIRST=1 for the run's first (its leader
+# creates the series objects). Writes the mode's figures, as JSON, to $CLUSTER_DIR/mode-MODE.json.
+run_mode() {
+  local mode="$1" first="$2" stream="failover-stream-$1" one two a_rss b_rss
+  local a_log="$CLUSTER_DIR/operator-$1-a.log" b_log="$CLUSTER_DIR/operator-$1-b.log"
+  k create namespace "$stream" >/dev/null
+  k label namespace "$stream" bench-failover-stream=on >/dev/null
+  local at_start
+  at_start="$(machine_json)"
+  operator_start "$a_log" "${FLAGS[@]}" --standby "$mode" --instance "$mode-a"
+  A_PID=$OP_PID
+  for _ in $(seq 300); do [ "$(op_metric event_series_leader)" = 1 ] && break; sleep 0.2; done
+  [ "$(op_metric event_series_leader)" = 1 ] || die "$mode-a did not lead (log $a_log)"
+  local t0=$SECONDS
+  [ "$first" = 1 ] && wait_for_creates "$SERIES" "$a_log"
+  until_quiet "$a_log"
+  log "$mode: replica A leads, settled in $((SECONDS - t0)) s"
+  KUBECONFIG="$KUBECONFIG_FILE" "$LOADER" --concurrency 4 rate --legacy --rate "$RATE" --duration 7200 \
+    --keys 50 --namespace "$stream" >/dev/null &
+  LOAD_PID=$!
+  sleep 20
+  one="$(window)"
+  operator_start "$b_log" "${FLAGS[@]}" --standby "$mode" --instance "$mode-b"
+  B_PID=$OP_PID
+  local B_URL=$OP_URL B_HEALTH=$OP_HEALTH
+  t0=$SECONDS
+  until operator_ready; do
+    [ $((SECONDS - t0)) -lt 3600 ] || die "$mode-b not Ready in an hour (log $b_log)"
+    kill -0 "$B_PID" || die "$mode-b exited (log $b_log)"
+    sleep 1
+  done
+  local b_ready_s=$((SECONDS - t0))
+  log "$mode: replica B Ready in $b_ready_s s"
+  sleep 20
+  two="$(window)"
+  a_rss="$(rss_kib "$A_PID")" b_rss="$(rss_kib "$B_PID")"
+  log "$mode: RSS leader $a_rss KiB, standby $b_rss KiB; one replica $one; two $two"
+
+  OP_URL=$B_URL OP_HEALTH=$B_HEALTH OP_PID=$B_PID
+  local ready_before writes_before recovered_before kill_ms
+  ready_before=$(operator_ready && echo true || echo false)
+  writes_before="$(series_writes)"
+  recovered_before="$(grep -cF 'recovered; watching' "$b_log" || true)"
+  sleep 30
+  touch "$CLUSTER_DIR/window.mark"
+  sleep 1
+  kill_ms="$(now_ms)"
+  # (Waited for here, so that the shell's note of a killed job does not end up in the log.)
+  { kill -9 "$A_PID" && wait "$A_PID"; } 2>/dev/null || true
+  A_PID=''
+  local lease_ms='' restored_ms='' write_ms='' ms
+  while [ -z "$write_ms" ] || { [ "$mode" = cold ] && [ -z "$restored_ms" ]; }; do
+    ms=$(($(now_ms) - kill_ms))
+    [ "$ms" -lt 1800000 ] || die "$mode-b did not take over within 30 min (log $b_log)"
+    kill -0 "$B_PID" || die "$mode-b exited (log $b_log)"
+    [ -z "$lease_ms" ] && [ "$(op_metric event_series_leader)" = 1 ] && lease_ms=$ms
+    [ -z "$restored_ms" ] && [ "$(grep -cF 'recovered; watching' "$b_log" || true)" -gt "$recovered_before" ] &&
+      restored_ms=$ms
+    [ -z "$write_ms" ] && [ "$(series_writes)" -gt "$writes_before" ] && write_ms=$ms
+    sleep 0.1
+  done
+  local b_hwm ready_after phases='{}'
+  b_hwm="$(hwm_kib "$B_PID")"
+  sleep 30
+  ready_after=$(operator_ready && echo true || echo false)
+  [ "$mode" = cold ] && phases="$(grep -F 'recovered; watching' "$b_log" | tail -1 | sed 's/\x1b\[[0-9;]*m//g' |
+    grep -oE '[a-z_]+=[0-9]+' | jq -Rn '[inputs | split("=") | {(.[0]): (.[1] | tonumber)}] | add // {}')"
+  local audit first_audit before_gap before_n across_gap across_n
+  audit="$(audit_writes $((kill_ms - 30000)) || true)"
+  first_audit="$(awk -v k="$kill_ms" '$1 > k { print $1 - k; exit }' <<<"$audit")"
+  read -r before_gap before_n <<<"$(longest_gap $((kill_ms - 30000)) "$kill_ms" <<<"$audit")"
+  read -r across_gap across_n <<<"$(longest_gap $((kill_ms - 30000)) $((kill_ms + write_ms + 30000)) <<<"$audit")"
+  log "$mode: after SIGKILL: Lease $lease_ms ms, rebuilt ${restored_ms:-n/a} ms, first write $write_ms ms" \
+    "(audit ${first_audit:-?} ms); longest write gap $across_gap ms ($before_gap ms before the kill)"
+  kill "$LOAD_PID" 2>/dev/null || true
+  wait "$LOAD_PID" 2>/dev/null || true
+  LOAD_PID=''
+  stop_pid "$B_PID"
+  B_PID=''
+  # The stream's series go back to the defaults: the next mode's leader has its own stream.
+  k label namespace "$stream" bench-failover-stream- >/dev/null
+  jq -n --argjson at_start "$at_start" --argjson lease "$lease_ms" --argjson restored "${restored_ms:-null}" \
+    --argjson write "$write_ms" --argjson first_audit "${first_audit:-null}" \
+    --argjson across_gap "$across_gap" --argjson across_n "$across_n" \
+    --argjson before_gap "$before_gap" --argjson before_n "$before_n" \
+    --argjson a_rss "$a_rss" --argjson b_rss "$b_rss" --argjson b_hwm "$b_hwm" \
+    --argjson b_ready_s "$b_ready_s" --argjson ready_before "$ready_before" --argjson ready_after "$ready_after" \
+    --argjson one "$one" --argjson two "$two" --argjson phases "$phases" \
+    '{machine_at_start: $at_start,
+      after_sigkill_ms: {lease: $lease, rebuilt: $restored, first_write: $write,
+                         first_write_audit: $first_audit},
+      write_gap_ms: {across_handover: $across_gap, writes_across: $across_n,
+                     steady_before_kill: $before_gap, writes_before: $before_n},
+      rss_kib: {leader: $a_rss, standby: $b_rss, standby_peak_after_takeover: $b_hwm},
+      standby_ready_after_start_s: $b_ready_s, standby_ready_before_kill: $ready_before,
+      standby_ready_after_takeover: $ready_after,
+      one_replica: $one, two_replicas: $two, restore_phases: $phases}' >"$CLUSTER_DIR/mode-$mode.json"
+}
+
+# The result is written after each mode, so that a long run stopped early keeps what it measured.
 mkdir -p "$ROOT/bench/results/failover"
 out="$ROOT/bench/results/failover/$(date -u +%Y%m%dT%H%M%SZ).json"
-# When the peak was reached, and the RSS every second (ms after the kill, KiB).
-peak_at="$(awk -v hwm="$b_hwm" '$3 >= hwm { print $1; exit }' "$timeline")"
-rss_timeline="$(awk '$1 >= next_ms { printf "%s[%d,%d]", sep, $1, $2; sep = ","; next_ms = $1 + 1000 }' "$timeline")"
-jq -n --arg commit "$BENCH_COMMIT" --argjson machine "$machine" \
-  --argjson history "$HISTORY" --argjson series "$SERIES" --arg flags "${FLAGS[*]}" \
-  --argjson own_n "$own_n" --argjson own_ms "$own_ms" --argjson raw_n "$raw_n" --argjson raw_ms "$raw_ms" \
-  --argjson lease "$lease_ms" --argjson restored "$restored_ms" --argjson write "$write_ms" \
-  --argjson steady "$steady_rss" --argjson hwm_before "$b_hwm_before" --argjson hwm "$b_hwm" \
-  --argjson ready "$ready" --argjson phases "$phases" \
-  --argjson peak_at "${peak_at:-null}" --argjson rss_timeline "[$rss_timeline]" \
-  '{commit: $commit, machine: $machine, stored_raw_events: ($history + $series), series: $series,
-    flags: $flags,
-    bare_list_ms: {series_objects: $own_ms, raw_events: $raw_ms, both: ($own_ms + $raw_ms),
-                   objects: {series_objects: $own_n, raw_events: $raw_n}},
-    after_sigkill_ms: {lease: $lease, rebuilt: $restored, first_write: $write},
-    rebuild_over_bare_lists: (($restored - $lease) / ($own_ms + $raw_ms) * 1000 | round / 1000),
-    rss_kib: {leader_steady: $steady, standby_peak_before: $hwm_before, standby_peak_after_restore: $hwm},
-    peak_over_steady: ($hwm / $steady * 1000 | round / 1000), standby_ready_after: $ready,
-    restore_phases: $phases, standby_peak_at_ms: $peak_at, standby_rss_timeline_ms_kib: $rss_timeline}' >"$out"
-echo "failover: $((HISTORY + SERIES)) raw events, $SERIES series: Lease $lease_ms ms, rebuilt $restored_ms ms, first write $write_ms ms after SIGKILL; bare lists $own_ms + $raw_ms ms; peak RSS $b_hwm KiB vs steady $steady_rss KiB ($out)"
+modes='{}' first=1
+for mode in $MODES; do
+  run_mode "$mode" "$first"
+  modes="$(jq --arg m "$mode" --slurpfile f "$CLUSTER_DIR/mode-$mode.json" '. + {($m): $f[0]}' <<<"$modes")"
+  first=0
+  jq -n --arg commit "$BENCH_COMMIT" --argjson machine "$machine" \
+    --argjson history "$HISTORY" --argjson series "$SERIES" --arg flags "${FLAGS[*]}" \
+    --argjson rate "$RATE" --arg heartbeat "$STREAM_HEARTBEAT" --argjson window "$WINDOW" \
+    --argjson history_s "$history_s" --argjson seed_s "$seed_s" --argjson modes "$modes" \
+    '{commit: $commit, machine: $machine, stored_raw_events: ($history + $series), series: $series,
+      flags: $flags, stream: {rate_per_s: $rate, keys: 50, heartbeat: $heartbeat}, window_s: $window,
+      store_s: {history: $history_s, series: $seed_s}, mode_order: ($modes | keys_unsorted),
+      modes: $modes}' >"$out"
+done
+echo "failover: $((HISTORY + SERIES)) raw events, $SERIES series: $(jq -c '.modes | map_values(.after_sigkill_ms)' "$out") ($out)"

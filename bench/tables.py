@@ -215,6 +215,67 @@ def failover(d):
     )
 
 
+def failover_standby(d, stored=None):
+    """Cold and warm standbys side by side, one column each, at the stored data of one run (`stored`,
+    the table's argument: the number of stored raw events it is for)."""
+    names = [m for m in ("cold", "warm") if m in d["modes"]]
+    modes = [d["modes"][m] for m in names]
+    s = lambda ms: "-" if ms is None else n(ms / 1000, 1) + " s"
+    mib = lambda kib: n(kib / 1024, 1)
+    per_replica = lambda m, key: "{} / {}".format(n(m["one_replica"][key], 1), n(m["two_replicas"][key], 1))
+    mib2 = lambda b: n(b / 2**20, 2)
+    watch = lambda w: "{} + {}".format(mib2(w["watch_bytes"]["core"]), mib2(w["watch_bytes"]["events_k8s_io"]))
+
+    def row(label, f, target=""):
+        return [label, *[f(m) for m in modes], target]
+
+    return table(
+        ["", *[f"**{m}**" for m in names], "target"],
+        [
+            [
+                "stored raw events / series",
+                *["{} / {}".format(n(d["stored_raw_events"]), n(d["series"]))] * len(modes),
+                "",
+            ],
+            row(
+                "after SIGKILL: standby holds the Lease",
+                lambda m: s(m["after_sigkill_ms"]["lease"]),
+                "lease duration + retry period",
+            ),
+            row("after SIGKILL: engine rebuilt", lambda m: s(m["after_sigkill_ms"]["rebuilt"])),
+            row(
+                "after SIGKILL: first series write answered",
+                lambda m: "**{}**".format(s(m["after_sigkill_ms"]["first_write"])),
+                "warm: ≤ 20 s (lease duration + 5 s)",
+            ),
+            row(
+                "longest gap between series writes across the hand-over (before the kill)",
+                lambda m: "{} ({})".format(
+                    s(m["write_gap_ms"]["across_handover"]), s(m["write_gap_ms"]["steady_before_kill"])
+                ),
+            ),
+            row(
+                "RSS before the kill: leader / standby (MiB)",
+                lambda m: "{} / {}".format(mib(m["rss_kib"]["leader"]), mib(m["rss_kib"]["standby"])),
+            ),
+            row(
+                "standby's peak RSS (VmHWM) at its first write (MiB)",
+                lambda m: mib(m["rss_kib"]["standby_peak_after_takeover"]),
+            ),
+            row(
+                "API server CPU over {} s: one / two replicas".format(modes[0]["one_replica"]["seconds"]),
+                lambda m: per_replica(m, "apiserver_cpu_s") + " s",
+            ),
+            row("etcd CPU, the same windows", lambda m: per_replica(m, "etcd_cpu_s") + " s"),
+            row(
+                "watch bytes sent for Events, raw + series objects, the same windows (MiB)",
+                lambda m: "{} / {}".format(watch(m["one_replica"]), watch(m["two_replicas"])),
+            ),
+            row("standby Ready after its start", lambda m: n(m["standby_ready_after_start_s"]) + " s"),
+        ],
+    )
+
+
 def growth(d, axes=None):
     rows = []
     for p in points(d, axes):
@@ -513,6 +574,11 @@ def fits(kind, arg, d, current):
     the table's axes, a scale file run with the same steps (a bill table: with its bill)."""
     if kind == "growth":
         return bool(points(d, arg))
+    if kind.startswith("failover"):
+        # The cold/warm runs have modes; the earlier runs measured a cold standby only.
+        if kind == "failover-standby":
+            return "modes" in d and (arg is None or d["stored_raw_events"] == int(arg))
+        return "modes" not in d
     if kind.startswith("scale-"):
         labels = lambda r: [s.get("label") for s in r.get("steps", [])]
         return labels(d) == labels(current) and (kind != "scale-bill" or bool(d.get("bill")))
@@ -525,6 +591,7 @@ GENERATORS = {
     "heartbeats": heartbeats,
     "soak": soak,
     "failover": failover,
+    "failover-standby": failover_standby,
     "growth": growth,
     "restore-buffer": restore_buffer,
     "economy": economy,

@@ -115,6 +115,15 @@ pub enum LogFormat {
     Json,
 }
 
+/// What a replica that does not hold the Lease does meanwhile (`--standby`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Standby {
+    /// Runs the same lists and watches as the leader and keeps its engine current, writing nothing.
+    Warm,
+    /// Starts nothing until it holds the Lease, then rebuilds from the stored objects.
+    Cold,
+}
+
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// Address of the /metrics server: HTTPS, and a request needs a bearer token the API server
@@ -242,6 +251,12 @@ pub struct RunArgs {
     /// bookmarks save after a reconnect. Hidden: the contract requires bookmarks.
     #[arg(long, hide = true)]
     pub no_watch_bookmarks: bool,
+    /// Benchmarks only (bench/failover.sh): `cold` makes a replica wait for the Lease before it
+    /// lists or watches anything, and only then rebuild its series, as every change of leader once
+    /// did; the baseline that the warm standby (the default) is measured against. Hidden: a cold
+    /// standby is not a supported way to run.
+    #[arg(long, value_enum, default_value_t = Standby::Warm, hide = true)]
+    pub standby: Standby,
     /// How long the restore (the list of the operator's own series objects when it starts or takes
     /// over) may go without receiving a page before the replica gives up the Lease and exits 1, so
     /// that a standby tries; /healthz fails meanwhile. Progress, not total time, is bounded: a
@@ -481,4 +496,32 @@ fn log_level(s: &str) -> Result<String, String> {
     tracing_subscriber::EnvFilter::try_new(s)
         .map(|_| s.to_owned())
         .map_err(|e| format!("{s:?} is not a log level or filter: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn run_args(extra: &[&str]) -> RunArgs {
+        let args = ["event-series", "run"].iter().chain(extra);
+        match Cli::try_parse_from(args).expect("parses").command {
+            Command::Run(args) => *args,
+            other => panic!("not run: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn standby_is_warm_unless_a_benchmark_asks_for_cold() {
+        assert_eq!(run_args(&[]).standby, Standby::Warm);
+        assert_eq!(run_args(&["--standby", "cold"]).standby, Standby::Cold);
+        assert!(Cli::try_parse_from(["event-series", "run", "--standby", "lukewarm"]).is_err());
+        let mut cli = Cli::command();
+        let help = cli
+            .find_subcommand_mut("run")
+            .expect("run")
+            .render_long_help()
+            .to_string();
+        assert!(!help.contains("--standby"), "a benchmark flag is hidden");
+    }
 }

@@ -1,14 +1,15 @@
 use anyhow::{Context, bail};
 use clap::Parser;
 use event_series::api::client::{self, WATCH_MARGIN};
-use event_series::cli::{Cli, Command, LogFormat, RunArgs};
+use event_series::cli::{Cli, Command, LogFormat, RunArgs, Standby};
 use event_series::controller::{self, Stop};
-use event_series::leader::{Election, WriteFence};
+use event_series::leader::{Election, LeaseConfig, WriteFence};
 use event_series::operations::health::Health;
 use event_series::operations::metrics::Metrics;
 use event_series::operations::server;
 use event_series::reading;
 use event_series_core::duration;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing_subscriber::EnvFilter;
@@ -151,21 +152,15 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         "event-series starting");
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
-    // A standby runs the same lists and watches as the leader and keeps its engine current, so
-    // that taking the Lease costs no rebuild: only its writes wait for the Lease (the fence).
-    let mut election = match lease {
-        None => {
-            metrics.leader.set(1);
-            None
+    let mut election = join_election(&client, lease, &metrics);
+    if let (Standby::Cold, Some(cold)) = (args.standby, election.as_mut())
+        && !lead_cold(cold, &health, shutdown.as_mut()).await?
+    {
+        if let Some(e) = election {
+            e.release().await;
         }
-        Some(lease) => {
-            let t = lease.timings;
-            tracing::info!(lease = %lease.name, namespace = %lease.namespace, identity = %lease.identity,
-                lease_duration = ?t.lease_duration, renew_deadline = ?t.renew_deadline,
-                retry_period = ?t.retry_period, "joining the election: writing only while leading");
-            Some(Election::start(client.clone(), lease, metrics.clone()))
-        }
-    };
+        return Ok(());
+    }
     let fence = election
         .as_ref()
         .map_or_else(WriteFence::open, Election::fence);
@@ -192,6 +187,44 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Joins the election when there is a Lease to hold (`None`: this replica leads alone). A standby
+/// runs the same lists and watches as the leader and keeps its engine current, so that taking the
+/// Lease costs no rebuild: only its writes wait for the Lease (the fence).
+fn join_election(
+    client: &kube::Client,
+    lease: Option<LeaseConfig>,
+    metrics: &Arc<Metrics>,
+) -> Option<Election> {
+    let Some(lease) = lease else {
+        metrics.leader.set(1);
+        return None;
+    };
+    let t = lease.timings;
+    tracing::info!(lease = %lease.name, namespace = %lease.namespace, identity = %lease.identity,
+        lease_duration = ?t.lease_duration, renew_deadline = ?t.renew_deadline,
+        retry_period = ?t.retry_period, "joining the election: writing only while leading");
+    Some(Election::start(client.clone(), lease, metrics.clone()))
+}
+
+/// The benchmarks' cold standby (`--standby cold`): waits, Ready since it has nothing to serve,
+/// until `election` holds the Lease (`true`: the controller starts from nothing, and is not Ready
+/// until rebuilt) or `shutdown` comes first (`false`).
+async fn lead_cold<F: Future<Output = ()>>(
+    election: &mut Election,
+    health: &Health,
+    shutdown: Pin<&mut F>,
+) -> anyhow::Result<bool> {
+    health.set_recovered(true);
+    tracing::info!("cold standby: waiting for the Lease before listing anything");
+    tokio::select! {
+        acquired = election.acquired() => acquired?,
+        () = shutdown => return Ok(false),
+    }
+    tracing::info!("leading: rebuilding the series state");
+    health.set_recovered(false);
+    Ok(true)
 }
 
 /// Binds the probes' and the metrics' ports (`--health-addr`, `--metrics-addr`), sharing one

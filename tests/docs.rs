@@ -38,7 +38,7 @@ fn docs_have_generated_tables() {
         "heartbeats",
         "economy",
         "node",
-        "failover",
+        "failover-standby:100000",
         "growth:message",
     ] {
         assert!(
