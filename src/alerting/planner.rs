@@ -144,17 +144,16 @@ impl Planner {
                 all.push((view.first, view.id, Arc::<str>::from(view.namespace)));
             }
         });
-        all.sort_unstable_by_key(|(first, id, _)| (*first, *id));
-        let mut per_namespace: HashMap<Arc<str>, usize> = HashMap::new();
-        let mut taken = HashSet::new();
-        for (first, id, ns) in all {
-            let held = per_namespace.entry(ns).or_insert(0);
-            if taken.len() < self.limits.max && *held < self.limits.max_per_namespace {
-                *held += 1;
-                taken.insert((id, first));
-            }
-        }
-        taken
+        let order: Vec<(DateTime<Utc>, KeyId, &str)> = all
+            .iter()
+            .map(|(first, id, ns)| (*first, *id, ns.as_ref()))
+            .collect();
+        let within = within_limits(&order, self.limits);
+        all.iter()
+            .zip(within)
+            .filter(|(_, within)| *within)
+            .map(|((first, id, _), _)| (*id, *first))
+            .collect()
     }
 
     fn plan(&mut self, engine: &Engine, now: DateTime<Utc>, admit: Admit) -> Vec<Alert> {
@@ -243,9 +242,8 @@ impl Planner {
         }
     }
 
-    /// Which loops alert: the firing ones and `new` ranked oldest first (by start, then key, the
-    /// same order on every replica), each taken while the caps leave room. So the set is a
-    /// function of the loops alone, not of the order they came in; a firing loop left out is
+    /// Which loops alert: the firing ones and `new` as [`within_limits`] takes them. So the set is
+    /// a function of the loops alone, not of the order they came in; a firing loop left out is
     /// preempted. The rest are counted.
     fn rank(&mut self, new: Vec<Ranked>) -> Choice {
         let mut choice = Choice::default();
@@ -261,14 +259,13 @@ impl Planner {
             namespace: f.namespace.clone(),
             firing: true,
         }));
-        all.sort_unstable_by_key(|r| (r.first, r.id));
-        let mut taken = 0;
-        let mut per_namespace: HashMap<&str, usize> = HashMap::new();
-        for r in &all {
-            let held = per_namespace.entry(&r.namespace).or_insert(0);
-            if taken < self.limits.max && *held < self.limits.max_per_namespace {
-                taken += 1;
-                *held += 1;
+        let order: Vec<(DateTime<Utc>, KeyId, &str)> = all
+            .iter()
+            .map(|r| (r.first, r.id, r.namespace.as_ref()))
+            .collect();
+        let within = within_limits(&order, self.limits);
+        for (r, within) in all.iter().zip(within) {
+            if within {
                 if !r.firing {
                     choice.fire.insert(r.id, r.namespace.clone());
                 }
@@ -336,6 +333,33 @@ impl Planner {
             _ => None,
         }
     }
+}
+
+/// Which of `loops` (start, key, namespace) alert within `limits`: the namespaces take the slots in
+/// turn, each its oldest loops first (by start, then key: the same order on every replica). So a
+/// namespace's k-th oldest loop goes before any namespace's (k+1)-th, and each namespace gets its
+/// share of `max` (the slots over the namespaces with loops) whatever another floods; none more
+/// than `max_per_namespace`.
+fn within_limits(loops: &[(DateTime<Utc>, KeyId, &str)], limits: Limits) -> Vec<bool> {
+    let mut by_age: Vec<usize> = (0..loops.len()).collect();
+    by_age.sort_unstable_by_key(|&i| (loops[i].0, loops[i].1));
+    // Each loop's place among its namespace's, oldest first.
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    let mut place = vec![0; loops.len()];
+    for &i in &by_age {
+        let n = seen.entry(loops[i].2).or_insert(0);
+        place[i] = *n;
+        *n += 1;
+    }
+    by_age.sort_by_key(|&i| (place[i], loops[i].0, loops[i].1));
+    let mut within = vec![false; loops.len()];
+    for (taken, &i) in by_age.iter().enumerate() {
+        if taken >= limits.max {
+            break;
+        }
+        within[i] = place[i] < limits.max_per_namespace;
+    }
+    within
 }
 
 fn resolved(mut alert: Alert, at: DateTime<Utc>) -> Alert {
@@ -455,6 +479,33 @@ mod tests {
         assert_eq!(gone.len(), 1);
         assert!(gone[0].is_resolved(at(40)));
         assert_eq!(gone[0].labels, posted[0].labels);
+    }
+
+    #[test]
+    fn a_namespace_within_its_share_alerts_beside_an_older_flood_that_fills_the_cap() {
+        let mut e = engine(2);
+        let at = |s: i64| t0() + TimeDelta::seconds(s);
+        for name in ["a", "b", "c", "d", "e", "f"] {
+            e.observe(at(0), &observation_in("flood", name, 2));
+        }
+        // Younger than every loop of the flood.
+        e.observe(at(10), &observation_in("quiet", "web", 2));
+        e.tick(at(11));
+        let limits = Limits {
+            max: 4,
+            max_per_namespace: 100,
+        };
+        let mut p = Planner::new(TimeDelta::minutes(1), limits);
+        let posted = p.scan(&e, at(12));
+        let quiet = posted
+            .iter()
+            .filter(|a| a.labels["namespace"] == "quiet")
+            .count();
+        assert_eq!(
+            quiet, 1,
+            "the quiet namespace's loop alerts: it is within its share"
+        );
+        assert_eq!((p.firing(), p.over_limit()), (4, 3));
     }
 
     #[test]
