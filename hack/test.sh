@@ -25,8 +25,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # The end-to-end tests that also run on the oldest supported minor: lifecycle, restart, install and
-# admission policy.
-OLDEST_SUBSET="operator:: install:: policy:: ha:: watch::"
+# admission policy (not the hand-over of 2,000 alerts: the alert planner, not the API, is its subject).
+OLDEST_SUBSET="operator:: install:: policy:: ha:: watch:: --skip ha::thousands_of_alerting"
 
 export ENVTEST_DIR="$PWD/target/envtest-e2e"
 node_dir="$PWD/target/envtest-node"
