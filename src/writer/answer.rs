@@ -128,3 +128,13 @@ pub fn next(verb: Verb, answer: &Answer) -> Next {
         (_, code) => Next::Reject(format!("HTTP {code}: {message}")),
     }
 }
+
+/// Whether the object may hold what the request carried though the answer did not say it was
+/// written: no answer, a server error, or a create that found the object there.
+pub(super) fn may_hold_it_already(verb: Verb, answer: &Answer) -> bool {
+    match answer {
+        Answer::Timeout | Answer::Transport(_) => true,
+        Answer::Status { code, .. } => *code >= 500 || (verb == Verb::Create && *code == 409),
+        Answer::NotSent | Answer::Taken | Answer::Holds => false,
+    }
+}

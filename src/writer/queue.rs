@@ -12,6 +12,7 @@
 //! - An answer never discards a newer intent: a write rejected, or done, for an older state leaves
 //!   the newer one pending.
 
+use super::answer::may_hold_it_already;
 use super::fair::Fair;
 pub use super::owed::Owed;
 use super::{Answer, Next, Verb, next};
@@ -19,10 +20,12 @@ use super::{Answer, Next, Verb, next};
 mod acknowledge;
 mod names;
 mod shares;
+mod urgent;
 mod versions;
 use crate::object;
 pub use acknowledge::Observed;
 use event_series_core::intent::{Intent, WriteKind};
+pub use shares::Shed;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -106,20 +109,15 @@ struct Pending {
     unread: bool,
     /// Why the last update was refused (422), while the object is read to see whose it is.
     refused: Option<String>,
+    /// When its heartbeat or finish, if it owes one, goes before the round-robin ([`urgent`]).
+    urgent_at: Option<Instant>,
+    /// When it is due, and which scheduling that was (stale entries of [`urgent`] are skipped).
+    due_at: Instant,
+    epoch: u64,
 }
 
 fn delays() -> backon::ExponentialBackoff {
     crate::api::retry::delays(Duration::from_millis(100), Duration::from_secs(60))
-}
-
-/// Whether the object may hold what the request carried though the answer did not say it was
-/// written: no answer, a server error, or a create that found the object there.
-fn may_hold_it_already(verb: Verb, answer: &Answer) -> bool {
-    match answer {
-        Answer::Timeout | Answer::Transport(_) => true,
-        Answer::Status { code, .. } => *code >= 500 || (verb == Verb::Create && *code == 409),
-        Answer::NotSent | Answer::Taken | Answer::Holds => false,
-    }
 }
 
 fn first_verb(kind: WriteKind) -> Verb {
@@ -158,22 +156,15 @@ pub struct Queue {
     renamed_finished: VecDeque<Arc<Target>>,
     /// Each series object's resourceVersion as last known.
     versions: Versions,
+    /// Heartbeats and finishes that waited too long ([`urgent`]).
+    urgent: urgent::Urgent,
+    /// Schedulings so far: each pending write's `epoch`.
+    epochs: u64,
 }
 
 /// How many finished series keep their other name in [`Queue`]: renames happen only where a
 /// tenant took a series' name, and a reopening follows its finish within a window.
 pub const RENAMED_KEPT: usize = 4096;
-
-/// A write not taken because its namespace holds its share of the pending writes. What it carried
-/// is not lost for good: the series' next write (a refresh, a heartbeat or its finish) carries the
-/// whole state and recreates a missing object; but a shed finish leaves the object Ongoing until
-/// the event TTL removes it, unless the series is written again.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Shed {
-    pub kind: WriteKind,
-    pub namespace: String,
-    pub name: String,
-}
 
 impl Queue {
     /// At most `capacity` pending writes, `share` of them in one namespace.
@@ -192,6 +183,8 @@ impl Queue {
             renamed: HashMap::new(),
             renamed_finished: VecDeque::new(),
             versions: Versions::default(),
+            urgent: urgent::Urgent::default(),
+            epochs: 0,
         }
     }
 
@@ -228,12 +221,15 @@ impl Queue {
             from.remove(&ns, &target);
             p.deferred = deferred;
         }
+        self.epochs += 1;
+        (p.due_at, p.epoch) = (at, self.epochs);
         let lane = if deferred {
             &mut self.deferred
         } else {
             &mut self.waiting
         };
-        lane.schedule(&ns, target, at);
+        lane.schedule(&ns, target.clone(), at);
+        self.schedule_urgent(&target, at, self.epochs);
     }
 
     /// Pending writes of `namespace`.
@@ -283,6 +279,15 @@ impl Queue {
                 p.verb = first_verb(intent.kind);
             }
             p.owed = p.owed.merge(Owed::of(&intent));
+            let urgent = p.urgent_at.is_some();
+            p.owes_urgently(intent.kind, now);
+            if !urgent && !p.in_flight && p.urgent_at.is_some() {
+                let (at, epoch) = (p.due_at, p.epoch);
+                self.schedule_urgent(&target, at, epoch);
+            }
+            let Some(p) = self.pending.get_mut(&target) else {
+                return Ok(());
+            };
             p.intent = intent;
             p.seq = seq;
             p.uncertain = false;
@@ -309,8 +314,14 @@ impl Queue {
                 uncertain: false,
                 unread: false,
                 refused: None,
+                urgent_at: None,
+                due_at: now,
+                epoch: 0,
             },
         );
+        if let Some(p) = self.pending.get_mut(&target) {
+            p.owes_urgently(p.intent.kind, now);
+        }
         self.schedule(target, now);
         made_room.map_or(Ok(()), Err)
     }
@@ -327,7 +338,8 @@ impl Queue {
     /// namespace's earliest first; early refreshes only when nothing else is due.
     pub fn take_due(&mut self, now: Instant, limit: usize) -> Vec<Job> {
         let mut jobs = Vec::new();
-        let mut targets = self.waiting.take_due(now, limit);
+        let mut targets = self.take_urgent(now, limit);
+        targets.extend(self.waiting.take_due(now, limit - targets.len()));
         if targets.len() < limit {
             targets.extend(self.deferred.take_due(now, limit - targets.len()));
         }
@@ -391,20 +403,13 @@ impl Queue {
             Next::Done if newer => {
                 // A newer state arrived meanwhile: the object exists now, update it.
                 p.verb = Verb::Patch;
+                p.urgent_again(now);
                 p.delays = delays();
                 Settled::Again {
                     after: Duration::ZERO,
                 }
             }
-            Next::Done => {
-                if let Some(p) = self.remove(&job.target)
-                    && matches!(p.intent.kind, WriteKind::Finish(_))
-                {
-                    self.finished_renamed(&job.target);
-                    self.versions.forget(&job.target);
-                }
-                Settled::Done
-            }
+            Next::Done => self.written(&job.target),
             Next::Rename => {
                 self.versions.forget(&job.target);
                 self.next_name(job)
@@ -474,6 +479,7 @@ impl Queue {
             self.pending.shrink_to(len * 2);
             self.waiting.shrink();
             self.deferred.shrink();
+            self.shrink_urgent();
         }
         shrink
     }
@@ -1011,6 +1017,46 @@ mod tests {
         let more = in_ns("quiet", "q2");
         assert_eq!(q.push(t0, more).unwrap_err().namespace, "quiet");
         assert_eq!(q.in_flight(), 100);
+    }
+
+    #[test]
+    fn a_quiet_namespaces_heartbeats_go_first_once_they_waited_whatever_the_floods() {
+        let t0 = Instant::now();
+        let mut q = Queue::new(100_000, 100_000);
+        // 50 namespaces with 100 creates each, and a quiet namespace's 100 heartbeats, all due now.
+        for n in 0..50 {
+            for i in 0..100 {
+                q.put(t0, in_ns(&format!("flood-{n}"), &format!("p{i}")));
+            }
+        }
+        for i in 0..100 {
+            let mut heartbeat = in_ns("quiet", &format!("q{i}"));
+            heartbeat.kind = WriteKind::Heartbeat;
+            q.learn(&Target::of(&heartbeat), Version::of(Some("1")));
+            q.put(t0, heartbeat);
+        }
+        // The writer takes 10 writes a second, each answered at once.
+        let mut last_quiet = None;
+        for s in 0..600 {
+            let now = t0 + Duration::from_secs(s);
+            for job in q.take_due(now, 10) {
+                if job.target.namespace == "quiet" {
+                    last_quiet = Some(s);
+                }
+                q.answer(now, &job, &status(200));
+            }
+            if q.pending_in("quiet") == 0 {
+                break;
+            }
+        }
+        // In turn alone, one write in 51 would be the quiet namespace's: 100 heartbeats in 510 s.
+        // Urgent after 30 s, they all go by 30 s + 100 / 10 s.
+        let done = last_quiet.unwrap_or(u64::MAX);
+        assert!(
+            done <= 40,
+            "the quiet namespace's last heartbeat went at {done} s"
+        );
+        assert_eq!(q.pending_in("quiet"), 0);
     }
 
     #[test]

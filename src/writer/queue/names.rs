@@ -5,9 +5,22 @@
 
 use super::{Answer, Job, Next, Pending, Queue, RENAMED_KEPT, Settled, Target, Verb, next};
 use crate::object;
+use event_series_core::intent::WriteKind;
 use std::sync::Arc;
 
 impl Queue {
+    /// `target`'s write landed with nothing newer pending; a finish also ends what is kept of the
+    /// series' object (its name, if renamed, for a while; its version at once).
+    pub(super) fn written(&mut self, target: &Arc<Target>) -> Settled {
+        if let Some(p) = self.remove(target)
+            && matches!(p.intent.kind, WriteKind::Finish(_))
+        {
+            self.finished_renamed(target);
+            self.versions.forget(target);
+        }
+        Settled::Done
+    }
+
     /// A renamed series' finish was written: its name is kept for a while (see `renamed`).
     pub(super) fn finished_renamed(&mut self, target: &Arc<Target>) {
         if !self.renamed.contains_key(target) {

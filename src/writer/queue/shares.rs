@@ -12,9 +12,21 @@
 //! What a shed write carried is not lost for good: the series' next write (a refresh, a heartbeat or
 //! its finish) carries its whole state and creates a missing object.
 
-use super::{Queue, Shed, Target};
+use super::{Queue, Target};
+use event_series_core::intent::WriteKind;
 use std::collections::HashMap;
 use std::sync::Arc;
+
+/// A write not taken because its namespace holds its share of the pending writes. What it carried
+/// is not lost for good: the series' next write (a refresh, a heartbeat or its finish) carries the
+/// whole state and recreates a missing object; but a shed finish leaves the object Ongoing until
+/// the event TTL removes it, unless the series is written again.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Shed {
+    pub kind: WriteKind,
+    pub namespace: String,
+    pub name: String,
+}
 
 /// The namespaces' pending writes, newest last: where the write to shed is found.
 #[derive(Default)]
