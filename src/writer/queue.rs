@@ -807,10 +807,17 @@ mod tests {
         q.put(t0, intent("b", WriteKind::Heartbeat, 3));
         let job = q.take_due(t0, 1).remove(0);
         q.answer(t0, &job, &status(422));
+        // The read times out once: retried, and the refusal still stands after it.
         let job = q.take_due(t0, 1).remove(0);
         assert_eq!(job.verb, Verb::Verify);
+        q.answer(t0, &job, &Answer::Timeout);
+        let later = t0 + Duration::from_secs(120);
+        let job = q.take_due(later, 1).remove(0);
+        assert_eq!(job.verb, Verb::Verify);
+        let settled = q.answer(later, &job, &status(200));
         assert!(
-            matches!(q.answer(t0, &job, &status(200)), Settled::Rejected { why, .. } if why.contains("422"))
+            matches!(&settled, Settled::Rejected { why, .. } if why.contains("422")),
+            "{settled:?}"
         );
         assert!(q.is_empty());
     }

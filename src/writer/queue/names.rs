@@ -79,8 +79,11 @@ pub(super) fn step(p: &mut Pending, verb: Verb, answer: &Answer) -> Next {
             Some(why) => Next::Reject(why),
             None => Next::Then(Verb::Patch),
         },
-        (_, _, step) => {
-            p.refused = None;
+        (verb, _, step) => {
+            // A read that must be retried still answers for the refusal.
+            if !(verb == Verb::Verify && matches!(step, Next::Retry { .. })) {
+                p.refused = None;
+            }
             step
         }
     }
