@@ -77,7 +77,7 @@ const NOTE_CHARS: usize = 256;
 
 /// Most characters of one field (a name, a reason) in an alert's summary: enough for every field
 /// the events.k8s.io API accepts (reasons of 128, names of 253), escapes included.
-const TEXT_CHARS: usize = 512;
+pub(super) const TEXT_CHARS: usize = 512;
 
 /// One alert as Alertmanager's `POST /api/v2/alerts` takes it.
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -2,22 +2,65 @@
 //! clock. No I/O: the [`super::outbox::Outbox`] delivers what it returns. How loops are ranked over
 //! the caps, and what a new leader posts first, is in the module doc of [`super`].
 
-use super::{Alert, Loop};
+use super::{Alert, Loop, TEXT_CHARS};
+use crate::reading::escape::inert;
 use chrono::{DateTime, TimeDelta, Utc};
 use event_series_core::alert::AlertRule;
 use event_series_core::engine::{Engine, LoopView};
 use event_series_core::intent::Snapshot;
 use event_series_core::key::KeyId;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 /// An alert posted as firing, kept to resolve it if its loop vanishes unwritten (a deleted
-/// namespace, a policy that no longer selects it) and to resolve exactly what was posted.
+/// namespace, a policy that no longer selects it) and to resolve exactly what was posted: its
+/// labels and summary, not the tenant's note (see [`kept`]).
 struct Firing {
     first: DateTime<Utc>,
     namespace: Arc<str>,
     scan: u64,
     alert: Alert,
+}
+
+/// Why an alert is resolved from the planner's copy rather than from its loop's final state.
+#[derive(Clone, Copy)]
+enum Retired {
+    /// Loops ranked higher took its slot.
+    Preempted,
+    /// Its loop is no longer watched (its namespace or the policy's selection gone).
+    Gone,
+    /// The policy's `alertname` changed: under the new name it is another alert.
+    Renamed,
+    /// The key's next loop began before this one's finish was seen.
+    Superseded,
+}
+
+impl Retired {
+    fn description(self) -> &'static str {
+        match self {
+            Retired::Preempted => {
+                "No longer alerted: older loops took the alert slots (--max-alerts)."
+            }
+            Retired::Gone => "No longer alerted: its namespace or its policy's selection is gone.",
+            Retired::Renamed => {
+                "No longer alerted under this name: the policy's alertname changed."
+            }
+            Retired::Superseded => "Ended: the same key began a new loop.",
+        }
+    }
+}
+
+/// The copy of a firing alert the planner keeps: its identity (labels and start), not its
+/// annotations, whose summary and note a tenant fills up to a few KB. So `--max-alerts` copies
+/// cost their labels, whose values the API server bounds; a resend renders the alert afresh from
+/// its loop, and one resolved from the copy says why ([`resolved`]).
+fn kept(alert: &Alert) -> Alert {
+    Alert {
+        labels: alert.labels.clone(),
+        annotations: BTreeMap::new(),
+        starts_at: alert.starts_at,
+        ends_at: alert.ends_at,
+    }
 }
 
 /// Bounds on what one leader alerts.
@@ -112,6 +155,14 @@ impl Planner {
         self.over_limit
     }
 
+    /// Bytes of the firing alerts' copies, counted as the outbox counts an alert.
+    pub fn kept_bytes(&self) -> usize {
+        self.firing
+            .values()
+            .map(|f| super::outbox::size(&f.alert))
+            .sum()
+    }
+
     /// A scan of the engine with its whole input: loops that began alerting since the last scan
     /// (and, every `resend`, every firing loop), firing alerts whose loop is gone without a finish,
     /// resolved, and those a higher-ranked loop preempts, resolved.
@@ -172,7 +223,7 @@ impl Planner {
         let choice = self.rank(new);
         for id in choice.preempt {
             if let Some(f) = self.firing.remove(&id) {
-                out.push(resolved(f.alert, now));
+                out.push(resolved(f.alert, now, Retired::Preempted));
             }
         }
         if !choice.fire.is_empty() {
@@ -205,13 +256,13 @@ impl Planner {
                         != Some(&*rule.alertname);
                     if resend_all || renamed {
                         let alert = Loop::of_view(&view).firing(rule, until, now);
-                        let before = std::mem::replace(&mut f.alert, alert);
+                        let before = std::mem::replace(&mut f.alert, kept(&alert));
                         if renamed {
-                            // The policy's alertname changed: the alert under the old one is
-                            // another alert to Alertmanager, resolved now rather than left to lapse.
-                            out.push(resolved(before, now));
+                            // The alert under the old name is another alert to Alertmanager,
+                            // resolved now rather than left to lapse.
+                            out.push(resolved(before, now, Retired::Renamed));
                         }
-                        out.push(f.alert.clone());
+                        out.push(alert);
                     }
                 }
                 _ if admit.takes(&view, now) => new.push(Ranked {
@@ -237,7 +288,7 @@ impl Planner {
             .collect();
         for id in gone {
             if let Some(f) = self.firing.remove(&id) {
-                out.push(resolved(f.alert, now));
+                out.push(resolved(f.alert, now, Retired::Gone));
             }
         }
     }
@@ -293,16 +344,16 @@ impl Planner {
                 return;
             };
             let alert = Loop::of_view(&view).firing(rule, until, now);
-            out.push(alert.clone());
             let firing = Firing {
                 first: view.first,
                 namespace: namespace.clone(),
                 scan,
-                alert,
+                alert: kept(&alert),
             };
+            out.push(alert);
             // The key's previous loop, ended without a finish seen here: resolved.
             if let Some(earlier) = self.firing.insert(view.id, firing) {
-                out.push(resolved(earlier.alert, now));
+                out.push(resolved(earlier.alert, now, Retired::Superseded));
             }
         });
     }
@@ -322,8 +373,8 @@ impl Planner {
         let lp = Loop::of_snapshot(s, &key);
         match self.firing.get(&s.id) {
             Some(f) if f.first == s.first => {
-                let f = self.firing.remove(&s.id)?;
-                let mut alert = resolved(f.alert, at);
+                let mut alert = self.firing.remove(&s.id)?.alert;
+                alert.ends_at = at.max(alert.starts_at);
                 alert.annotations = lp.annotations();
                 Some(alert)
             }
@@ -362,8 +413,27 @@ fn within_limits(loops: &[(DateTime<Utc>, KeyId, &str)], limits: Limits) -> Vec<
     within
 }
 
-fn resolved(mut alert: Alert, at: DateTime<Utc>) -> Alert {
+/// A kept copy resolved at `at`: a summary from its labels (made inert like every tenant text in
+/// an annotation) and a description saying why.
+fn resolved(mut alert: Alert, at: DateTime<Utc>, why: Retired) -> Alert {
     alert.ends_at = at.max(alert.starts_at);
+    let label = |name| {
+        inert(
+            alert.labels.get(name).map_or("", String::as_str),
+            TEXT_CHARS,
+        )
+    };
+    let summary = format!(
+        "{} {}/{}: {}",
+        label("namespace"),
+        label("kind"),
+        label("name"),
+        label("reason")
+    );
+    alert.annotations.insert("summary", summary);
+    alert
+        .annotations
+        .insert("description", why.description().to_owned());
     alert
 }
 
@@ -462,6 +532,46 @@ mod tests {
         assert_eq!(done.labels, first[0].labels);
         assert_eq!(p.firing(), 0);
         assert!(p.scan(&e, at(500)).is_empty());
+    }
+
+    /// 10,000 loops in 100 namespaces alert, `note` in each.
+    fn ten_thousand_alerting(note: &str) -> (Engine, Planner, Vec<Alert>) {
+        let mut e = engine(2);
+        let at = |s: i64| t0() + TimeDelta::seconds(s);
+        let names: Vec<(String, String)> = (0..10_000)
+            .map(|i| (format!("ns-{}", i % 100), format!("web-{i}")))
+            .collect();
+        for (ns, name) in &names {
+            let mut o = observation_in(ns, name, 2);
+            o.note = note;
+            e.observe(at(0), &o);
+        }
+        e.tick(at(1));
+        let mut p = Planner::new(TimeDelta::minutes(1), limits(10_000));
+        let posted = p.scan(&e, at(2));
+        assert_eq!((posted.len(), p.firing()), (10_000, 10_000));
+        (e, p, posted)
+    }
+
+    /// Notes of 1,024 characters of markup (768 B each once made inert) cost the planner's copies
+    /// nothing: it keeps labels, not what a tenant writes. A loop that vanishes is resolved with
+    /// a summary from its labels and a description saying why.
+    #[test]
+    fn firing_copies_leave_the_tenants_notes_out() {
+        let (_, short, short_posted) = ten_thousand_alerting("x");
+        let (mut e, mut long, long_posted) = ten_thousand_alerting(&"<".repeat(1024));
+        let posted = |a: &[Alert]| a.iter().map(super::super::outbox::size).sum::<usize>();
+        assert!(posted(&long_posted) > posted(&short_posted) + 10_000 * 700);
+        assert_eq!(long.kept_bytes(), short.kept_bytes());
+        e.namespace_removed("ns-7");
+        let gone = long.scan(&e, t0() + TimeDelta::seconds(3));
+        assert_eq!(gone.len(), 100);
+        for alert in &gone {
+            let text = |name| alert.annotations.get(name).map_or("", String::as_str);
+            assert_eq!(text("description"), Retired::Gone.description());
+            let pod = alert.labels.get("name").map_or("", String::as_str);
+            assert_eq!(text("summary"), format!("ns-7 Pod/{pod}: BackOff"));
+        }
     }
 
     #[test]
