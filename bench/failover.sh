@@ -20,6 +20,11 @@
 #        (event_series_api_requests_total create/patch 2xx); from the API server's audit log (every
 #        events.k8s.io write, timed by the API server): the first write after the kill and the longest
 #        gap between two series writes from 30 s before the kill to 30 s after that first write;
+#      - with ALERTS=1 (the default) the SERIES loops are also alerts (a policy alerting on them,
+#        --max-alerts-per-namespace 1000, so up to 10,000 fire, posted to a real Alertmanager with
+#        the default resend): from 30 s before the kill to 90 s after the first write, the number
+#        of alerts Alertmanager holds unresolved, every second; an alert that lapsed in between
+#        resolved and fires again (0 expected: each post is valid for four resend intervals);
 #      - B is stopped (SIGTERM, which hands the Lease over), and the next mode starts with a new A.
 # Result: bench/results/failover/<date>.json (written after each mode) and one line on stdout.
 set -euo pipefail
@@ -29,9 +34,10 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 HISTORY="${HISTORY:-900000}" SERIES="${SERIES:-100000}" RATE="${RATE:-5}"
 MODES="${MODES:-cold warm}" WINDOW="${WINDOW:-60}" STREAM_HEARTBEAT="${STREAM_HEARTBEAT:-5s}"
+ALERTS="${ALERTS:-1}"
 need_loader
-A_PID='' B_PID='' LOAD_PID=''
-trap 'kill "$LOAD_PID" 2>/dev/null || true; kill -9 "$A_PID" 2>/dev/null || true; stop_pid "$B_PID"; cluster_stop' EXIT
+A_PID='' B_PID='' LOAD_PID='' AM_PID='' POLL_PID=''
+trap 'kill "$LOAD_PID" "$AM_PID" "$POLL_PID" 2>/dev/null || true; kill -9 "$A_PID" 2>/dev/null || true; stop_pid "$B_PID"; cluster_stop' EXIT
 
 # 10^6 events of about 1 KB each: etcd's default 2 GiB quota holds them, with room for compaction.
 # Compaction (etcd's own, and the API server's) every 2 hours, not every 5 minutes: a compaction
@@ -75,6 +81,54 @@ log "stored $SERIES raw events that are series in $seed_s s"
 
 FLAGS=(--leader-elect --lease-namespace event-series-system --qps 2000 --burst 2000
   --finish-after 2h --series-window 2h --heartbeat-interval 2h)
+
+# A real Alertmanager that notifies nobody, and a policy that makes every stored series' loop an
+# alert (the loader's namespaces bench-0 ... bench-9), with the same times as the flags above.
+if [ "$ALERTS" = 1 ]; then
+  bash "$ROOT/hack/tools.sh" alertmanager
+  read -r am_port <<<"$(free_ports 1)"
+  mkdir -p "$CLUSTER_DIR/alertmanager"
+  printf 'route:\n  receiver: none\nreceivers:\n- name: none\n' >"$CLUSTER_DIR/alertmanager.yml"
+  "$ROOT/target/tools/bin/alertmanager" --config.file="$CLUSTER_DIR/alertmanager.yml" \
+    --storage.path="$CLUSTER_DIR/alertmanager" --web.listen-address="127.0.0.1:$am_port" \
+    --cluster.listen-address= </dev/null >"$CLUSTER_DIR/alertmanager.log" 2>&1 &
+  AM_PID=$!
+  AM_URL="http://127.0.0.1:$am_port"
+  for _ in $(seq 100); do curl -fsS --max-time 1 "$AM_URL/-/ready" >/dev/null 2>&1 && break; sleep 0.2; done
+  curl -fsS --max-time 1 "$AM_URL/-/ready" >/dev/null || die "Alertmanager did not start ($CLUSTER_DIR/alertmanager.log)"
+  FLAGS+=(--alertmanager-url "$AM_URL" --max-alerts-per-namespace 1000)
+  k apply -f - >/dev/null <<EOF
+apiVersion: eventseries.dev/v1alpha1
+kind: EventSeriesPolicy
+metadata:
+  name: failover-alerts
+spec:
+  namespaceSelector:
+    matchExpressions:
+    - {key: kubernetes.io/metadata.name, operator: In, values: [$(seq -s, -f 'bench-%g' 0 9)]}
+  heartbeatInterval: 2h
+  firstRefresh: "0"
+  finishAfter: 2h
+  seriesWindow: 2h
+  alert:
+    minCount: 2
+EOF
+fi
+
+# am_unresolved: the alerts Alertmanager holds unresolved (active, suppressed or unprocessed; it
+# leaves resolved ones out of alertmanager_alerts).
+am_unresolved() {
+  { curl -fsS --max-time 2 "$AM_URL/metrics" || true; } |
+    awk '/^alertmanager_alerts\{/ { n += $NF } END { printf "%d\n", n }'
+}
+
+# poll_alerts FILE: "<ms> <unresolved alerts>" every second into FILE, until killed.
+poll_alerts() {
+  while :; do
+    echo "$(now_ms) $(am_unresolved)" >>"$1"
+    sleep 1
+  done
+}
 
 # cpu_s PID: the process's CPU seconds (user + system).
 cpu_s() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f\n", ($14 + $15) / hz }' "/proc/$1/stat"; }
@@ -188,7 +242,12 @@ run_mode() {
   log "$mode: RSS leader $a_rss KiB, standby $b_rss KiB; one replica $one; two $two"
 
   OP_URL=$B_URL OP_HEALTH=$B_HEALTH OP_PID=$B_PID
-  local ready_before writes_before recovered_before kill_ms
+  local ready_before writes_before recovered_before kill_ms alerts_file="$CLUSTER_DIR/alerts-$mode.tsv"
+  if [ "$ALERTS" = 1 ]; then
+    : >"$alerts_file"
+    poll_alerts "$alerts_file" &
+    POLL_PID=$!
+  fi
   ready_before=$(operator_ready && echo true || echo false)
   writes_before="$(series_writes)"
   recovered_before="$(grep -cF 'recovered; watching' "$b_log" || true)"
@@ -214,6 +273,19 @@ run_mode() {
   b_hwm="$(hwm_kib "$B_PID")"
   sleep 30
   ready_after=$(operator_ready && echo true || echo false)
+  local alerts=null
+  if [ "$ALERTS" = 1 ]; then
+    sleep 60
+    kill "$POLL_PID" 2>/dev/null || true
+    wait "$POLL_PID" 2>/dev/null || true
+    POLL_PID=''
+    # Unresolved alerts just before the kill, the fewest after it, and at the end.
+    alerts="$(awk -v k="$kill_ms" '
+      $1 <= k { before = $2 } $1 > k { if (min == "" || $2 < min) min = $2; last = $2 }
+      END { printf "{\"unresolved_before_kill\": %d, \"fewest_after_kill\": %d, \"at_end\": %d, \"lapsed\": %d}\n",
+            before, min, last, (before > min ? before - min : 0) }' "$alerts_file")"
+    log "$mode: alerts $alerts"
+  fi
   [ "$mode" = cold ] && phases="$(grep -F 'recovered; watching' "$b_log" | tail -1 | sed 's/\x1b\[[0-9;]*m//g' |
     grep -oE '[a-z_]+=[0-9]+' | jq -Rn '[inputs | split("=") | {(.[0]): (.[1] | tonumber)}] | add // {}')"
   local audit first_audit before_gap before_n across_gap across_n
@@ -236,7 +308,7 @@ run_mode() {
     --argjson before_gap "$before_gap" --argjson before_n "$before_n" \
     --argjson a_rss "$a_rss" --argjson b_rss "$b_rss" --argjson b_hwm "$b_hwm" \
     --argjson b_ready_s "$b_ready_s" --argjson ready_before "$ready_before" --argjson ready_after "$ready_after" \
-    --argjson one "$one" --argjson two "$two" --argjson phases "$phases" \
+    --argjson one "$one" --argjson two "$two" --argjson phases "$phases" --argjson alerts "$alerts" \
     '{machine_at_start: $at_start,
       after_sigkill_ms: {lease: $lease, rebuilt: $restored, first_write: $write,
                          first_write_audit: $first_audit},
@@ -245,7 +317,8 @@ run_mode() {
       rss_kib: {leader: $a_rss, standby: $b_rss, standby_peak_after_takeover: $b_hwm},
       standby_ready_after_start_s: $b_ready_s, standby_ready_before_kill: $ready_before,
       standby_ready_after_takeover: $ready_after,
-      one_replica: $one, two_replicas: $two, restore_phases: $phases}' >"$CLUSTER_DIR/mode-$mode.json"
+      one_replica: $one, two_replicas: $two, restore_phases: $phases,
+      alerts_resolved_then_fired: $alerts}' >"$CLUSTER_DIR/mode-$mode.json"
 }
 
 # The result is written after each mode, so that a long run stopped early keeps what it measured.

@@ -272,6 +272,20 @@ def failover_standby(d, stored=None):
                 lambda m: "{} / {}".format(watch(m["one_replica"]), watch(m["two_replicas"])),
             ),
             row("standby Ready after its start", lambda m: n(m["standby_ready_after_start_s"]) + " s"),
+            *(
+                [
+                    row(
+                        "alerts unresolved before the kill / resolved and fired again",
+                        lambda m: "{} / **{}**".format(
+                            n(m["alerts_resolved_then_fired"]["unresolved_before_kill"]),
+                            n(m["alerts_resolved_then_fired"]["lapsed"]),
+                        ),
+                        "0 fired again",
+                    )
+                ]
+                if all(m.get("alerts_resolved_then_fired") for m in modes)
+                else []
+            ),
         ],
     )
 
