@@ -21,11 +21,14 @@
 #      ServiceAccount token): the longest gap between two series writes of the load's namespaces
 #      from the restart to 30 s after the last old Pod went (against the 30 s before it), each change
 #      of the Lease's holder, and for each the time from the old leader's last request to the new
-#      leader's first series write. From Alertmanager (bench/rollout_alerts.py, every 2 s): the
-#      active alerts before and at their fewest, and every alert that lapsed (resolved, then firing
-#      again). From /proc and the cgroups: RSS and memory of each Pod before and after; restarts
+#      leader's first series write; from the new leader's log, whether it was warm when it took the
+#      Lease (every Pod's log is kept in CLUSTER_DIR/logs). From Alertmanager
+#      (bench/rollout_alerts.py, every 2 s): the active alerts before and at their fewest, and every
+#      alert that lapsed (resolved, then firing again). From /proc and the cgroups: RSS and memory of each Pod before and after; restarts
 #      and OOM kills. Then the stream stops and every key's count is compared with the raw objects'
-#      (the loader's writes, as the API server holds them).
+#      (the loader's writes, as the API server holds them); the stream's keys also before and after
+#      the rollout, while it runs (a series may lag behind its raw objects then, never lead them).
+# OPERATOR_ARGS adds arguments (e.g. debug logs); the audit log is kept when a count is off.
 # Result: bench/results/rollout/<date>.json, rewritten after each phase (`completed` false until the
 # end), and one line on stdout. Needs what hack/cluster-up-node.sh needs (Linux, root, containerd).
 set -euo pipefail
@@ -320,6 +323,9 @@ while :; do
 done
 creates_s=$((SECONDS - t0))
 log "every series object exists ($have), the writer idle, $creates_s s after the seed"
+# Key i changes about (KEYS n + i) / RATE s after the stream's start (n = 0, 1, ...): an off key's
+# changes fall in one slot of each round.
+save stream_started_ms "$(now_ms)"
 KUBECONFIG="$KUBECONFIG_FILE" "$LOADER" --concurrency 4 rate --legacy --rate "$RATE" --duration 86400 \
   --keys "$KEYS" --namespace "$STREAM_NS" >/dev/null 2>"$CLUSTER_DIR/stream.log" &
 LOAD_PID=$!
@@ -335,7 +341,6 @@ save setup_s "$(jq -n --argjson c "$cluster_s" --argjson s "$seed_s" --argjson w
   '{cluster: $c, seed: $s, creates_after_seed: $w}')"
 
 # --- 3. the rollout ---
-touch "$CLUSTER_DIR/window.mark"
 python3 bench/rollout_alerts.py "$AM_URL" "$ALERTNAME" 2 >"$CLUSTER_DIR/alerts.jsonl" 2>"$CLUSTER_DIR/alerts.err" &
 POLL_PID=$!
 k -n "$SYS" get pods -w --output-watch-events -o json >"$CLUSTER_DIR/pods.watch" 2>/dev/null &
@@ -375,12 +380,13 @@ save rollout "$(jq -n --argjson status $((status_ms - restart_ms)) --argjson gon
     replicas_before: $before, replicas_after: $after,
     watch_relists: {old_leader_before: $rb, new_leader_after: $ra}}')"
 
-# audit_rows: "<ms> <lease|series> <pod>" of every 2xx write of the operator's Pods since the window
-# mark, from the API server's audit log: the Lease, and the events.k8s.io Events of the load's
-# namespaces (the series under test; the operator's other writes, and the scheduler's and
-# controller-manager's events.k8s.io writes, are left out).
+# audit_rows: "<ms> <lease|series> <pod>" of every 2xx write of the operator's Pods, from the API
+# server's audit log (every file: the holder before the window may be in one rotated before it):
+# the Lease, and the events.k8s.io Events of the load's namespaces (the series under test; the
+# operator's other writes, and the scheduler's and controller-manager's events.k8s.io writes, are
+# left out).
 audit_rows() {
-  find "$CLUSTER_DIR" -maxdepth 1 -name 'audit*.log' -newer "$CLUSTER_DIR/window.mark" -print0 |
+  find "$CLUSTER_DIR" -maxdepth 1 -name 'audit*.log' -print0 |
     xargs -0 grep -hF '"stage":"ResponseComplete"' | grep -F "\"username\":\"$SA\"" |
     jq -r --arg stream "$STREAM_NS" '
       select((.verb == "create" or .verb == "update" or .verb == "patch") and .responseStatus.code < 300)
@@ -451,7 +457,17 @@ alerts="$(jq -c --argjson e "$(grep -c '"error"' "$CLUSTER_DIR/alerts.jsonl" || 
 save rollout "$(jq --argjson steady "$steady" --argjson across "$across" --argjson changes "$changes" \
   --argjson pods "$pod_story" --argjson alerts "$alerts" \
   '. + {write_gap_ms: {across_rollout: $across, steady_before: $steady}, leader_changes: ($changes | length),
-        handovers: $changes, pods: $pods, alerts: $alerts}' <<<"$(jq -c .rollout "$OUT")")"
+        handovers: ($changes | map(.to as $to | ($pods | map(select(.pod == $to)) | first // {}) as $p
+          | . + {to_created_ms: $p.created_ms, to_ready_ms: $p.ready_ms})),
+        pods: $pods, alerts: $alerts}' <<<"$(jq -c .rollout "$OUT")")"
+# Whether each new leader was warm when it took the Lease, from its own log: a replica that took it
+# before its restore was done led cold, and its first write waited for the restore.
+warm="$(jq -c '.rollout.handovers[].to' "$OUT" | while read -r to; do
+  jq -rs '(map(select(.fields.message == "lease acquired")) | first | .timestamp) as $lease
+    | (map(select(.fields.message == "recovered; watching")) | first | .timestamp) as $warm
+    | $warm != null and $lease != null and $warm < $lease' "$CLUSTER_DIR/logs/$(jq -r . <<<"$to").log" 2>/dev/null || echo null
+done | jq -s -c .)"
+save rollout "$(jq -c --argjson warm "$warm" '.rollout | .handovers |= [foreach .[] as $h (-1; . + 1; $h + {warm_at_lease: $warm[.]})]' "$OUT")"
 log "rollout: longest write gap $(jq .ms <<<"$across") ms (steady before: $(jq .ms <<<"$steady") ms);" \
   "$(jq length <<<"$changes") leader change(s): $(jq -c 'map({to, exit_to_first_write_ms})' <<<"$changes");" \
   "alerts $(jq -c '{before, fewest, lapsed}' <<<"$alerts")"
