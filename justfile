@@ -115,7 +115,7 @@ bench-scale: bench-build
 bench-failover: bench-build
     bash bench/failover.sh
 
-# A `kubectl rollout restart` of the installed operator (2 replicas) on the real node at SERIES (100,000) series, alerts firing, a stream written throughout: the longest gap between series writes, each change of leader and its first write, alerts that lapsed, every key's count, each Pod's RSS (bench/rollout.sh; holds NODE_LOCK for the run; Linux, root).
+# A `kubectl rollout restart` of the installed operator (2 replicas) on the real node at SERIES (100,000) series, alerts firing, a stream written throughout: the longest gap between series writes, each change of leader and its first write, alerts that lapsed, every key's count, each Pod's RSS (bench/rollout.sh; holds NODE_LOCK for the run; about 30-40 min; Linux, root).
 bench-rollout: bench-build
     bash bench/rollout.sh
 
