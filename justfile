@@ -89,7 +89,7 @@ bench: && bench-e2e bench-node
 demo:
     bash hack/demo.sh
 
-# Every benchmark, one after the other (about seven hours on 2 cores): engine, memory, the end-to-end set, the node, heartbeats, scale, failover, growth, the soak; then the generated tables of docs/ and the list of stale ones. RESUME=1 skips a benchmark whose newest result is current (bench/all.sh).
+# Every benchmark, one after the other (about seven hours on 2 cores): engine, memory, the end-to-end set, the node, heartbeats, scale, failover, the rollout, growth, the soak; then the generated tables of docs/ and the list of stale ones. RESUME=1 skips a benchmark whose newest result is current (bench/all.sh).
 bench-all:
     bash bench/all.sh
 
@@ -114,6 +114,10 @@ bench-scale: bench-build
 # A leader killed with SIGKILL beside 10^6 stored raw events and 10^5 series, its standby cold (--standby cold, the baseline) and warm in one run: Lease, first write and longest write gap; RSS of both replicas; API server CPU and watch bytes with one and two replicas (bench/failover.sh; HISTORY, SERIES, MODES, WINDOW).
 bench-failover: bench-build
     bash bench/failover.sh
+
+# A `kubectl rollout restart` of the installed operator (2 replicas) on the real node at SERIES (100,000) series, alerts firing, a stream written throughout: the longest gap between series writes, each change of leader and its first write, alerts that lapsed, every key's count, each Pod's RSS (bench/rollout.sh; holds NODE_LOCK for the run; about 30-40 min; Linux, root).
+bench-rollout: bench-build
+    bash bench/rollout.sh
 
 # What the restart buffer costs a restore: 400,000 stored raw events and 100,000 series, restarts with --restart-buffer-bytes 64Mi and 8Mi alternating, peak RSS against the steady RSS (bench/restore-buffer.sh; BUFFERS, ROUNDS; about 25 min).
 bench-restore-buffer: bench-build

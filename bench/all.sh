@@ -28,6 +28,7 @@ steps=(
   "scale|just bench-scale|bench/results/scale/*/summary.json|bench/scale.sh"
   "scale-watch-cache|WATCH_CACHE=on STEPS= just bench-scale|bench/results/scale-watch-cache/*/summary.json|bench/scale.sh"
   "failover|just bench-failover|bench/results/failover/*.json|bench/failover.sh"
+  "rollout|just bench-rollout|bench/results/rollout/*.json|bench/rollout.sh"
   "restore-buffer|just bench-restore-buffer|bench/results/restore-buffer/*.json|bench/restore-buffer.sh"
   "growth|just bench-growth|bench/results/growth/*.json|bench/growth.sh"
   "soak|just bench-soak|bench/results/soak/*/summary.json|bench/soak.sh"

@@ -201,8 +201,6 @@ longest_gap() {
     BEGIN { prev = from } END { if (to - prev > g) g = to - prev; printf "%d %d\n", g, n }'
 }
 
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
-
 # run_mode MODE FIRST: one failover with standbys of MODE; FIRST=1 for the run's first (its leader
 # creates the series objects). Writes the mode's figures, as JSON, to $CLUSTER_DIR/mode-MODE.json.
 run_mode() {

@@ -100,6 +100,9 @@ op_metric() {
   { curl -fsS --max-time 5 "$OP_URL/metrics" || true; } | awk -v m="$1" '$1 == m && !found { v = $2; found = 1 } END { print found ? v : 0 }'
 }
 
+# now_ms: this machine's clock in ms since the epoch (the audit log's clock, for a node or apiserver here).
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
 # rss_kib PID, cpu_ticks PID (utime+stime in clock ticks).
 rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 hwm_kib() { awk '/^VmHWM:/ { print $2 }' "/proc/$1/status"; }

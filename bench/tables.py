@@ -577,6 +577,111 @@ def node(d):
     )
 
 
+def rollout(d):
+    """`just bench-rollout`: a `kubectl rollout restart` of the installed operator on the real node
+    (bench/rollout.sh): the hand-over timings from the API server's audit log, alerts, counts, RSS."""
+    load, r, counts = d["load"], d["rollout"], d.get("counts", {})
+    s = lambda ms: "-" if ms is None else n(ms / 1000, 1) + " s"
+    mib = lambda kib: "-" if kib is None else n(kib / 1024, 1)
+    a = r["alerts"]
+
+    def replicas(rows):
+        lead = [x for x in rows if x["leader"]]
+        rest = [x for x in rows if not x["leader"]]
+        return " / ".join(mib(x["rss_kib"]) for x in lead + rest)
+
+    def keys(g):
+        c = counts.get(g)
+        if c is None:
+            return "-"
+        text = "{} keys, {} exact; {} occurrences in series, {} raw".format(
+            n(c["keys"]), n(c["exact"]), n(c["series_count_sum"]), n(c["raw_occurrences"])
+        )
+        return text if c["off"] == 0 else "**{} ({} off)**".format(text, n(c["off"]))
+
+    new = [p for p in r["pods"] if p["deleted_ms"] is None]
+    after = {x["pod"]: x for x in r["replicas_after"]}
+    return table(
+        ["", "", "target"],
+        [
+            [
+                "series / alerting loops / stream",
+                "{} in {} namespaces / {} (resend {}) / {} changes a second on {} keys, heartbeat {}".format(
+                    n(load["series"]),
+                    n(load["seed_namespaces"]),
+                    n(load["alerts_expected"]),
+                    load["alert_resend_interval"],
+                    load["stream"]["rate_per_s"],
+                    load["stream"]["keys"],
+                    load["stream"]["heartbeat"],
+                ),
+                "",
+            ],
+            [
+                "`rollout status` done / last old Pod gone, after the restart",
+                "{} / {}".format(s(r["status_ms"]), s(r["old_pods_gone_ms"])),
+                "",
+            ],
+            [
+                "new Pods Ready after their creation",
+                ", ".join(s(p["ready_ms"] - p["created_ms"]) for p in new if p["ready_ms"] is not None),
+                "",
+            ],
+            ["changes of the Lease holder", n(r["leader_changes"]), "at most 2"],
+            [
+                "old leader's last request to new leader's first series write",
+                ", ".join(
+                    "**{}**{}".format(
+                        s(h["exit_to_first_write_ms"]),
+                        {True: " (warm)", False: " (cold: it took the Lease before its restore)"}.get(
+                            h.get("warm_at_lease"), ""
+                        ),
+                    )
+                    for h in r["handovers"]
+                )
+                or "-",
+                "≤ 20 s (lease duration + 5 s)",
+            ],
+            [
+                "longest gap between series writes across the rollout (the 30 s before)",
+                "**{}** ({})".format(
+                    s(r["write_gap_ms"]["across_rollout"]["ms"]), s(r["write_gap_ms"]["steady_before"]["ms"])
+                ),
+                "≤ 20 s",
+            ],
+            [
+                "alerts active before / fewest during the rollout",
+                "{} / {}".format(n(a["before"]), n(a["fewest"])),
+                "the same",
+            ],
+            ["alerts that lapsed and fired again", "**{}**".format(n(a["lapsed_alerts"])), "0"],
+            ["seeded series: every key's count", keys("seeded"), "every key exact"],
+            ["stream: every key's count", keys("stream"), "every key exact"],
+            [
+                "RSS before: leader / standby (MiB)",
+                replicas(r["replicas_before"]),
+                "",
+            ],
+            [
+                "RSS after: leader / standby (MiB); peak (VmHWM) of the new Pods",
+                "{}; {}".format(
+                    replicas(r["replicas_after"]),
+                    " / ".join(mib(after.get(p["pod"], {}).get("hwm_kib")) for p in new),
+                ),
+                "",
+            ],
+            [
+                "container memory at its peak (cgroup), new Pods (MiB); restarts",
+                "{}; {}".format(
+                    " / ".join(mib(after.get(p["pod"], {}).get("cgroup_peak_kib")) for p in new),
+                    n(sum(x.get("restarts") or 0 for x in r["replicas_after"])),
+                ),
+                "under the limit, {}".format(d["memory_limit"]),
+            ],
+        ],
+    )
+
+
 def points(d, axes):
     """The growth points of `axes` (a comma-separated list; all when None)."""
     keep = axes.split(",") if axes else None
@@ -593,6 +698,9 @@ def fits(kind, arg, d, current):
         if kind == "failover-standby":
             return "modes" in d and (arg is None or d["stored_raw_events"] == int(arg))
         return "modes" not in d
+    if kind == "rollout":
+        # A run stopped early has no figures for the table.
+        return bool(d.get("completed"))
     if kind.startswith("scale-"):
         labels = lambda r: [s.get("label") for s in r.get("steps", [])]
         return labels(d) == labels(current) and (kind != "scale-bill" or bool(d.get("bill")))
@@ -614,6 +722,7 @@ GENERATORS = {
     "bookmarks": bookmarks,
     "ingest": ingest,
     "node": node,
+    "rollout": rollout,
 }
 
 
