@@ -85,17 +85,7 @@ FLAGS=(--leader-elect --lease-namespace event-series-system --qps 2000 --burst 2
 # A real Alertmanager that notifies nobody, and a policy that makes every stored series' loop an
 # alert (the loader's namespaces bench-0 ... bench-9), with the same times as the flags above.
 if [ "$ALERTS" = 1 ]; then
-  bash "$ROOT/hack/tools.sh" alertmanager
-  read -r am_port <<<"$(free_ports 1)"
-  mkdir -p "$CLUSTER_DIR/alertmanager"
-  printf 'route:\n  receiver: none\nreceivers:\n- name: none\n' >"$CLUSTER_DIR/alertmanager.yml"
-  "$ROOT/target/tools/bin/alertmanager" --config.file="$CLUSTER_DIR/alertmanager.yml" \
-    --storage.path="$CLUSTER_DIR/alertmanager" --web.listen-address="127.0.0.1:$am_port" \
-    --cluster.listen-address= </dev/null >"$CLUSTER_DIR/alertmanager.log" 2>&1 &
-  AM_PID=$!
-  AM_URL="http://127.0.0.1:$am_port"
-  for _ in $(seq 100); do curl -fsS --max-time 1 "$AM_URL/-/ready" >/dev/null 2>&1 && break; sleep 0.2; done
-  curl -fsS --max-time 1 "$AM_URL/-/ready" >/dev/null || die "Alertmanager did not start ($CLUSTER_DIR/alertmanager.log)"
+  silent_alertmanager 127.0.0.1
   FLAGS+=(--alertmanager-url "$AM_URL" --max-alerts-per-namespace 1000)
   k apply -f - >/dev/null <<EOF
 apiVersion: eventseries.dev/v1alpha1

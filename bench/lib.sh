@@ -148,3 +148,24 @@ wait_for_creates() {
     sleep 5
   done
 }
+
+# silent_alertmanager ADDR: a real Alertmanager on ADDR (a free port) that notifies nobody, its
+# state in CLUSTER_DIR: what the benchmarks count alerts in. Sets AM_PID (for the caller's
+# cleanup), AM_PORT and AM_URL.
+silent_alertmanager() {
+  local port
+  bash "$ROOT/hack/tools.sh" alertmanager
+  read -r port <<<"$(free_ports 1)"
+  # shellcheck disable=SC2034
+  AM_PORT=$port
+  mkdir -p "$CLUSTER_DIR/alertmanager"
+  printf 'route:\n  receiver: none\nreceivers:\n- name: none\n' >"$CLUSTER_DIR/alertmanager.yml"
+  "$ROOT/target/tools/bin/alertmanager" --config.file="$CLUSTER_DIR/alertmanager.yml" \
+    --storage.path="$CLUSTER_DIR/alertmanager" --web.listen-address="$1:$port" \
+    --cluster.listen-address= </dev/null >"$CLUSTER_DIR/alertmanager.log" 2>&1 &
+  # shellcheck disable=SC2034
+  AM_PID=$!
+  AM_URL="http://$1:$port"
+  for _ in $(seq 100); do curl -fsS --max-time 1 "$AM_URL/-/ready" >/dev/null 2>&1 && break; sleep 0.2; done
+  curl -fsS --max-time 1 "$AM_URL/-/ready" >/dev/null 2>&1 || die "Alertmanager did not start ($CLUSTER_DIR/alertmanager.log)"
+}

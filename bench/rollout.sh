@@ -92,21 +92,7 @@ API_URL="$(. "$CLUSTER_DIR/cluster.env" && echo "$APISERVER_URL")"
 cluster_s=$((SECONDS - t0))
 machine="$(machine_json)"
 
-read -r am_port <<<"$(free_ports 1)"
-AM_URL="http://$NODE_IP:$am_port"
-mkdir -p "$CLUSTER_DIR/alertmanager"
-cat >"$CLUSTER_DIR/alertmanager.yml" <<'AM'
-route:
-  receiver: none
-receivers:
-  - name: none
-AM
-"$ROOT/target/tools/bin/alertmanager" --config.file="$CLUSTER_DIR/alertmanager.yml" \
-  --storage.path="$CLUSTER_DIR/alertmanager" --web.listen-address="$NODE_IP:$am_port" \
-  --cluster.listen-address= </dev/null >"$CLUSTER_DIR/alertmanager.log" 2>&1 &
-AM_PID=$!
-for _ in $(seq 100); do curl -fsS --max-time 1 "$AM_URL/-/ready" >/dev/null 2>&1 && break; sleep 0.2; done
-curl -fsS --max-time 1 "$AM_URL/-/ready" >/dev/null 2>&1 || die "Alertmanager did not start ($CLUSTER_DIR/alertmanager.log)"
+silent_alertmanager "$NODE_IP"
 
 # OPERATOR_ARGS: more arguments, word-split (e.g. --log-level=info,event_series::writer=debug).
 # shellcheck disable=SC2206
@@ -123,7 +109,7 @@ kd patch deployment event-series --type=json \
 # Egress to Alertmanager's port, as config/alertmanager adds it (this node's bridge enforces no
 # NetworkPolicy, a cluster's network plugin would).
 kd patch networkpolicy event-series --type=json \
-  -p "[{\"op\":\"add\",\"path\":\"/spec/egress/-\",\"value\":{\"ports\":[{\"port\":$am_port,\"protocol\":\"TCP\"}]}}]" >/dev/null
+  -p "[{\"op\":\"add\",\"path\":\"/spec/egress/-\",\"value\":{\"ports\":[{\"port\":$AM_PORT,\"protocol\":\"TCP\"}]}}]" >/dev/null
 kd rollout status deployment/event-series --timeout=300s >&2
 image="$(kd get deployment event-series -o jsonpath='{.spec.template.spec.containers[0].image}')"
 limit="$(kd get deployment event-series -o jsonpath='{.spec.template.spec.containers[0].resources.limits.memory}')"
