@@ -43,7 +43,9 @@
 //! again when room comes back. Oldest first keeps preemption rare: a new loop ranks last and only
 //! takes free room; a preemption needs a loop that started before a firing one but reached its
 //! `minCount` or `minDuration` later, or a policy change. While no loop starts alerting or ends,
-//! the set stays the same: it cannot flap.
+//! the set stays the same: it cannot flap. A loop ranks only once its start is a few seconds old
+//! (`SETTLE` in the planner), so that loops started in the same second, which tie on a legacy
+//! emitter's timestamps, are all there when the first of them ranks.
 
 pub mod alertmanager;
 mod delivery;

@@ -109,11 +109,23 @@ enum Admit {
 impl Admit {
     fn takes(self, view: &LoopView<'_>, now: DateTime<Utc>) -> bool {
         match self {
-            Admit::Live => view.seen + view.settings.finish_after > now,
+            Admit::Live => view.seen + view.settings.finish_after > now && !settling(view, now),
             Admit::Restored => true,
             Admit::Nothing => false,
         }
     }
+}
+
+/// How long after its start a loop waits before it may begin alerting: long enough for the loops
+/// that started in the same second to arrive. Legacy emitters time events to the second, so such
+/// loops tie on their start and rank by their keys' hashes; a first comer let in before the others
+/// arrive would be preempted by one of lower hash, a resolved and a new notification for two loops
+/// that go on. Costs an alert at most this long; a scan comes every 5 s anyway.
+const SETTLE: TimeDelta = TimeDelta::seconds(5);
+
+/// Whether `view` started too recently to rank (an emitter's clock ahead of ours waits no longer).
+fn settling(view: &LoopView<'_>, now: DateTime<Utc>) -> bool {
+    view.first <= now && now - view.first < SETTLE
 }
 
 /// A loop that may alert, in the ranking of one scan.
@@ -457,7 +469,8 @@ mod tests {
         DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default()
     }
 
-    /// A kubelet BackOff of Pod `name` in `ns`, its raw object counting `count`, the last at t0.
+    /// A kubelet BackOff of Pod `name` in `ns`, its raw object counting `count`, the first 10 s
+    /// before t0 (settled by then), the last at t0.
     fn observation_in<'a>(ns: &'a str, name: &'a str, count: u64) -> Observation<'a> {
         Observation {
             raw: RawId::of(ns, name, ""),
@@ -480,7 +493,7 @@ mod tests {
             },
             note: "Back-off restarting failed container",
             count,
-            first: t0(),
+            first: t0() - TimeDelta::seconds(10),
             last: t0(),
             written: None,
             created: None,
@@ -756,8 +769,8 @@ mod tests {
         // "old" started first but is slow: it reaches minCount after "young".
         e.observe(at(0), &loop_at("shop", "old", 2, at(0)));
         e.observe(at(10), &loop_at("shop", "young", 3, at(10)));
-        e.tick(at(11));
-        let first = p.scan(&e, at(11));
+        e.tick(at(16));
+        let first = p.scan(&e, at(16));
         assert_eq!(first.len(), 1);
         assert!(first[0].series().starts_with("young."));
         e.observe(
@@ -794,6 +807,39 @@ mod tests {
         let mut fresh = Planner::new(TimeDelta::minutes(1), limits(1));
         let again = fresh.scan(&e, at(31));
         assert!(again.len() == 1 && again[0].series() == fired[0]);
+    }
+
+    /// Legacy emitters time an event to the second, so loops that start together tie on their
+    /// start and rank by their keys' hashes. Scans while such loops still arrive must not let the
+    /// first comers alert, or the later ones of lower hash would preempt them: one resolved and one
+    /// new notification each, for loops that go on.
+    #[test]
+    fn loops_that_start_in_the_same_second_alert_without_a_preemption_however_they_arrive() {
+        let ms = |ms: i64| t0() + TimeDelta::milliseconds(ms);
+        let names: Vec<String> = (0..20).map(|i| format!("web-{i}")).collect();
+        let mut e = engine(2);
+        let mut p = Planner::new(TimeDelta::minutes(1), limits(5));
+        let mut posted = Vec::new();
+        for (i, name) in names.iter().enumerate() {
+            let arrived = ms(i as i64 * 200);
+            e.observe(arrived, &loop_at("shop", name, 2, t0()));
+            e.tick(arrived);
+            posted.push(p.scan(&e, arrived + TimeDelta::milliseconds(100)));
+        }
+        let end = t0() + TimeDelta::seconds(10);
+        e.tick(end);
+        posted.push(p.scan(&e, end));
+        let resolved: Vec<&str> = posted
+            .iter()
+            .flatten()
+            .filter(|a| a.is_resolved(end))
+            .map(Alert::series)
+            .collect();
+        assert!(resolved.is_empty(), "preempted: {resolved:?}");
+        let mut fresh = Planner::new(TimeDelta::minutes(1), limits(5));
+        let at_once = firing_after(&[fresh.scan(&e, end)], end);
+        assert_eq!(firing_after(&posted, end), at_once);
+        assert_eq!(at_once.len(), 5);
     }
 
     /// The Ongoing object of Pod `name`'s loop in "shop" as a restart reads it back: `count`

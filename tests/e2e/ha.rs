@@ -403,6 +403,13 @@ async fn thousands_of_alerting_loops_go_through_a_hand_over_without_a_second_not
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let before = per_loop(&hook);
+    let flapped: Vec<_> = before.iter().filter(|(_, n)| **n != (1, 0)).collect();
+    assert!(
+        flapped.is_empty(),
+        "before the kill, {} loops resolved or notified twice: {:?}",
+        flapped.len(),
+        flapped.iter().take(5).collect::<Vec<_>>()
+    );
 
     a.kill9()?;
     let killed = Instant::now();
