@@ -63,7 +63,7 @@ impl RawCounts {
 
     /// How many occurrences `obs`, whose latest the engine timed at `t`, adds. For a raw object not
     /// seen before, `baseline` says what was already counted from it (the count and its latest
-    /// occurrence), zero outside a restart. The latest is remembered as timed, as the series
+    /// occurrence, possibly above `obs.count`), zero outside a restart. The latest is remembered as timed, as the series
     /// objects record it: an emitter whose clock is beyond the tolerance has its occurrences moved
     /// to their arrival, and its next ones are placed after that, whether this process or a
     /// restart reading the series objects measures them.
@@ -92,7 +92,9 @@ impl RawCounts {
         self.table.insert(
             obs.raw,
             RawState {
-                count: obs.count,
+                // A baseline above the count (a series object newer than the list) stays: the
+                // change that brings the raw object there was counted already.
+                count: obs.count.max(baseline),
                 // What was counted before (a restored source) was timed then: a raw object of an
                 // emitter beyond the tolerance, listed with nothing new, keeps that later time.
                 last: since.map_or(t, |s| s.max(t)),

@@ -334,7 +334,7 @@ impl Engine {
                 .iter()
                 .filter_map(|k| slot.recorded(ns, k, obs.raw))
                 .max()
-                .map_or((0, None), |(c, last)| (c.min(obs.count), Some(last)));
+                .map_or((0, None), |(c, last)| (c, Some(last)));
             let known = if noted.0 > restored.0 {
                 noted
             } else {

@@ -6,7 +6,9 @@
 //! earlier occurrences were lone. After a restart, a raw object listed with a resourceVersion at or
 //! below the highest watermark among its key's series objects (Ongoing and Finished) is reflected in
 //! full in their counts; one above it is reflected up to the highest count any of them recorded for it
-//! (zero if none did), and only the rest is added. The same evidence is also kept by raw object,
+//! (zero if none did), and only the rest is added. A count recorded above what the list shows (an
+//! object written after the list's snapshot, by a leader beside a restoring standby) is what the
+//! engine remembers for the raw object, so the watch's change that brings it there adds nothing. The same evidence is also kept by raw object,
 //! whatever key it was counted under: a raw object listed in an object's sources at a
 //! resourceVersion at or below that object's watermark was counted in full, else up to the count
 //! recorded. So a key that changed (`includeNote` toggled between the runs) counts nothing twice. That makes a rebuilt engine reach the counts of one
@@ -61,10 +63,17 @@ impl Recorded {
         }
     }
 
-    /// What it says was counted from a raw object that now reports `count`.
-    fn baseline(&self, count: u64) -> (u64, Option<Micros>) {
-        (self.count.min(count), self.last.map(micros))
+    /// What it says was counted from the raw object. It may be more than a list reports: the
+    /// object was written after the list's snapshot (a leader writing beside a restoring
+    /// standby); the difference then comes with the watch, and was counted already.
+    fn baseline(&self) -> (u64, Option<Micros>) {
+        (self.count, self.last.map(micros))
     }
+}
+
+/// The baseline that says more was counted (`b` on a tie).
+fn more(a: (u64, Option<Micros>), b: (u64, Option<Micros>)) -> (u64, Option<Micros>) {
+    if a.0 > b.0 { a } else { b }
 }
 
 /// What the stored series objects say about one raw object, whatever key it was counted under.
@@ -95,24 +104,30 @@ pub(super) struct Recovery {
 impl Recovery {
     /// What the stored objects say was already counted from a raw object not seen in this process:
     /// the more of what its key's objects and what the objects listing it say.
+    /// May exceed `obs.count` (see [`Recorded::baseline`]).
     pub fn baseline(&self, id: KeyId, obs: &Observation) -> (u64, Option<Micros>) {
         let full = (obs.count, Some(micros(obs.last)));
-        let by_key = match (self.keys.get(&id), obs.resource_version) {
-            (None, _) => (0, None),
-            (Some(k), Some(rv)) if k.truncated && rv <= k.watermark => full,
-            (Some(_), _) => self
-                .sources
-                .get(&(id, obs.raw))
-                .map_or((0, None), |r| r.baseline(obs.count)),
+        let by_key = match self.keys.get(&id) {
+            None => (0, None),
+            Some(k) => {
+                let recorded = self
+                    .sources
+                    .get(&(id, obs.raw))
+                    .map_or((0, None), Recorded::baseline);
+                match obs.resource_version {
+                    Some(rv) if k.truncated && rv <= k.watermark => more(full, recorded),
+                    _ => recorded,
+                }
+            }
         };
         let by_raw = match self.raws.get(obs.namespace).and_then(|r| r.get(&obs.raw)) {
             None => (0, None),
             Some(r) => match obs.resource_version {
-                Some(rv) if rv <= r.watermark => full,
-                _ => r.recorded.baseline(obs.count),
+                Some(rv) if rv <= r.watermark => more(full, r.recorded.baseline()),
+                _ => r.recorded.baseline(),
             },
         };
-        if by_raw.0 > by_key.0 { by_raw } else { by_key }
+        more(by_raw, by_key)
     }
 
     /// Keeps what a stored object says was counted, by key and by raw object.
@@ -422,5 +437,52 @@ mod tests {
         // An object's name derives from its key and start: the same key, different starts.
         assert_eq!(restored[0].series.id, later[0].series.id);
         assert_ne!(restored[0].series.first, later[0].series.first);
+    }
+
+    /// A standby restores beside a leader that keeps writing: the leader's newest object (read by
+    /// the restore) already counts an occurrence that the raw list, read a moment before, does not
+    /// show yet; the watch brings it next. It was counted once, by the leader.
+    #[test]
+    fn an_object_newer_than_the_raw_list_is_not_counted_again_when_the_watch_catches_up() {
+        use super::super::tests::observation;
+        let mut engine = Engine::with_settings(Settings::default());
+        let first = t0();
+        let at = |s: i64| first + TimeDelta::seconds(s);
+        let listed = Observation {
+            resource_version: Some(90),
+            first,
+            ..observation("web-0", 6, at(50))
+        };
+        let watched = Observation {
+            resource_version: Some(100),
+            first,
+            ..observation("web-0", 7, at(60))
+        };
+        let key = listed.key.id(None);
+        let stored = StoredSeries {
+            id: key,
+            namespace: "team-a".into(),
+            key: KeyBuf::new(&listed.key, listed.note),
+            count: 7,
+            first,
+            last: at(60),
+            state: SeriesState::Ongoing,
+            watermark: 100,
+            sources: vec![crate::intent::Source {
+                raw: listed.raw,
+                count: 7,
+                last: Some(at(60)),
+            }],
+            last_write: Some(at(61)),
+            name_variant: 0,
+        };
+        engine.begin_recovery();
+        engine.restore(at(62), stored);
+        engine.observe(at(62), &listed);
+        engine.end_recovery(at(62), at(62));
+        engine.observe(at(63), &watched);
+        let active = engine.active(at(63));
+        assert_eq!(active.len(), 1);
+        assert_eq!(active[0].count, 7, "the leader counted the 7th already");
     }
 }
