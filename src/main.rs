@@ -152,7 +152,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         "event-series starting");
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
-    let mut election = join_election(&client, lease, &metrics);
+    let mut election = join_election(&client, lease, &metrics, &health);
     if let (Standby::Cold, Some(cold)) = (args.standby, election.as_mut())
         && !lead_cold(cold, &health, shutdown.as_mut()).await?
     {
@@ -191,11 +191,13 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 
 /// Joins the election when there is a Lease to hold (`None`: this replica leads alone). A standby
 /// runs the same lists and watches as the leader and keeps its engine current, so that taking the
-/// Lease costs no rebuild: only its writes wait for the Lease (the fence).
+/// Lease costs no rebuild: only its writes wait for the Lease (the fence). Until its engine is
+/// current it leaves a free Lease to a warm replica (see `leader::elector`).
 fn join_election(
     client: &kube::Client,
     lease: Option<LeaseConfig>,
     metrics: &Arc<Metrics>,
+    health: &Arc<Health>,
 ) -> Option<Election> {
     let Some(lease) = lease else {
         metrics.leader.set(1);
@@ -205,7 +207,12 @@ fn join_election(
     tracing::info!(lease = %lease.name, namespace = %lease.namespace, identity = %lease.identity,
         lease_duration = ?t.lease_duration, renew_deadline = ?t.renew_deadline,
         retry_period = ?t.retry_period, "joining the election: writing only while leading");
-    Some(Election::start(client.clone(), lease, metrics.clone()))
+    Some(Election::start(
+        client.clone(),
+        lease,
+        metrics.clone(),
+        health.clone(),
+    ))
 }
 
 /// The benchmarks' cold standby (`--standby cold`): waits, Ready since it has nothing to serve,

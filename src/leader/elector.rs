@@ -11,6 +11,11 @@
 //! - A free, expired or own Lease is taken or renewed by an update that carries the resourceVersion
 //!   read, so two replicas racing for it cannot both win (the API server answers 409 to one).
 //!
+//! - A replica that is not warm yet (its engine still being rebuilt) leaves a free Lease to a warm
+//!   one for a lease duration: a Pod that starts during a rollout would otherwise win the race for
+//!   the Lease the old leader just released and stop writes for its whole restore. A Lease still
+//!   free after that has no warm replica to go to, and is taken cold.
+//!
 //! The fence is stricter than client-go's: a leader's right to write ends `renew_deadline` after the
 //! *start* of its last successful renewal (a standby cannot have seen that renewal any earlier), and
 //! any request it makes must be over `lease_duration` minus a margin after that start, the earliest
@@ -22,6 +27,7 @@
 //! | any | read: no Lease, missing for less than a lease duration | `Decision::Wait` |
 //! | any | read: another holder, its record changed less than the lease duration ago | `Decision::Wait` |
 //! | any | read: released (no holder, 1 s), expired, or ours (written by this process) | `Decision::Update` (with the resourceVersion read) |
+//! | not warm | read: free (released, expired, missing long enough) for less than a lease duration | `Decision::Wait`: a warm standby takes it |
 //! | standby | read: our identity, written by an earlier process of it (a restarted container) | waited out like another holder's |
 //! | leading | read: another holder | fenced at once |
 //! | any | our create or update succeeded, sent at `t` | leading until `t + renew_deadline` |
@@ -172,6 +178,8 @@ pub struct Elector {
     /// A request of this replica was given up without an answer while it led: the server may still
     /// carry it out, so the Lease must not be handed over early.
     abandoned: bool,
+    /// The engine is current (restored): this replica may take a free Lease at once.
+    warm: bool,
 }
 
 impl Elector {
@@ -183,7 +191,14 @@ impl Elector {
             renewed: None,
             absent_since: None,
             abandoned: false,
+            warm: true,
         }
+    }
+
+    /// Whether this replica's engine is current. One that is not leaves a free Lease to a warm
+    /// standby for a lease duration (see the module doc).
+    pub fn set_warm(&mut self, warm: bool) {
+        self.warm = warm;
     }
 
     pub fn timings(&self) -> Timings {
@@ -221,12 +236,18 @@ impl Elector {
             renew_time: Some(wall),
             transitions,
         };
+        // How long a free Lease is left to a warm replica.
+        let patience = if self.warm {
+            Duration::ZERO
+        } else {
+            self.timings.lease_duration
+        };
         let Some((rv, record, seen)) = &self.observed else {
             // Missing: never created, or deleted under a leader that may still be writing. Only a
             // lease duration after we first saw it missing can no leader be left.
             if self
                 .absent_since
-                .is_some_and(|t| now < t + self.timings.lease_duration)
+                .is_some_and(|t| now < t + self.timings.lease_duration + patience)
             {
                 return Decision::Wait;
             }
@@ -238,10 +259,14 @@ impl Elector {
         let mine = record.holder == self.identity && self.renewed.is_some();
         // Released by its holder (no holder, a one-second lease, as `release` writes it): free now.
         let released = record.holder.is_empty() && record.lease_duration_secs <= 1;
-        if !released && !mine {
+        if !mine {
             let advertised = Duration::from_secs(record.lease_duration_secs.max(0) as u64);
-            let valid_for = advertised.max(self.timings.lease_duration);
-            if now < *seen + valid_for {
+            let valid_for = if released {
+                Duration::ZERO
+            } else {
+                advertised.max(self.timings.lease_duration)
+            };
+            if now < *seen + valid_for + patience {
                 return Decision::Wait;
             }
         }
@@ -432,6 +457,42 @@ mod tests {
         // A holder blanked by hand is no release: its leader may still write.
         e.observe(t0 + secs(92), Some(("9".into(), record("", 15))));
         assert_eq!(e.decide(t0 + secs(106), wall), Decision::Wait);
+    }
+
+    /// A Pod that starts during a rollout sees the old leader's released Lease before the warm
+    /// standby's next try: it leaves it to that standby, and takes it only when nobody did.
+    #[test]
+    fn a_replica_not_yet_warm_leaves_a_free_lease_to_a_warm_one_for_a_lease_duration() {
+        let t0 = Instant::now();
+        let wall = Timestamp::now();
+        let mut cold = Elector::new("new", Timings::default());
+        cold.set_warm(false);
+        cold.observe(t0, Some(("8".into(), record("", 1))));
+        assert_eq!(cold.decide(t0 + secs(14), wall), Decision::Wait);
+        assert!(matches!(
+            cold.decide(t0 + secs(15), wall),
+            Decision::Update { .. }
+        ));
+        // Warm now: taken at once.
+        cold.set_warm(true);
+        assert!(matches!(cold.decide(t0, wall), Decision::Update { .. }));
+        // An expired holder: a lease duration, then another.
+        cold.set_warm(false);
+        cold.observe(t0 + secs(20), Some(("9".into(), record("old", 15))));
+        assert_eq!(cold.decide(t0 + secs(49), wall), Decision::Wait);
+        assert!(matches!(
+            cold.decide(t0 + secs(50), wall),
+            Decision::Update { .. }
+        ));
+        // No Lease at all: the same.
+        let mut first = Elector::new("a", Timings::default());
+        first.set_warm(false);
+        first.observe(t0, None);
+        assert_eq!(first.decide(t0 + secs(29), wall), Decision::Wait);
+        assert!(matches!(
+            first.decide(t0 + secs(30), wall),
+            Decision::Create(_)
+        ));
     }
 
     #[test]

@@ -19,6 +19,7 @@
 pub mod elector;
 
 use crate::api::client::timed_out;
+use crate::operations::health::Health;
 use crate::operations::metrics::Metrics;
 use anyhow::Context;
 use elector::{Decision, Elector, Fence, Record, Timings};
@@ -100,8 +101,15 @@ pub struct Election {
 }
 
 impl Election {
-    /// Joins the election: reads (and creates, or takes) the Lease every retry period from now on.
-    pub fn start(client: Client, config: LeaseConfig, metrics: Arc<Metrics>) -> Election {
+    /// Joins the election: reads (and creates, or takes) the Lease every retry period from now on;
+    /// until `health` says the engine is current, a free Lease is left to a warm replica for a
+    /// lease duration.
+    pub fn start(
+        client: Client,
+        config: LeaseConfig,
+        metrics: Arc<Metrics>,
+        health: Arc<Health>,
+    ) -> Election {
         let api: Api<Lease> = Api::namespaced(client, &config.namespace);
         let elector = Arc::new(Mutex::new(Elector::new(
             config.identity.clone(),
@@ -113,7 +121,7 @@ impl Election {
             elector.clone(),
             tx,
             config.clone(),
-            metrics,
+            (metrics, health),
         ));
         Election {
             elector,
@@ -359,7 +367,7 @@ async fn campaign(
     elector: Arc<Mutex<Elector>>,
     role: watch::Sender<Role>,
     config: LeaseConfig,
-    metrics: Arc<Metrics>,
+    (metrics, health): (Arc<Metrics>, Arc<Health>),
 ) {
     let timings = config.timings;
     let mut must_read = true;
@@ -382,7 +390,11 @@ async fn campaign(
             let _ = role.send(Role::Lost);
             return;
         }
-        let renewed_before = lock(&elector).renew_by();
+        let renewed_before = {
+            let mut e = lock(&elector);
+            e.set_warm(health.recovered());
+            e.renew_by()
+        };
         let read =
             (must_read || !blind) && read_lease(&api, &elector, &config, &metrics, deadline).await;
         let round = if read || (blind && !must_read) {

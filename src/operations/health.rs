@@ -151,6 +151,14 @@ impl Health {
         self.update(|s| s.recovered = recovered);
     }
 
+    /// Whether the engine is current (the restore is over): a standby that may take the Lease.
+    pub fn recovered(&self) -> bool {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .recovered
+    }
+
     /// The raw-event watch answered at `now` (and is expected to keep answering).
     pub fn watch_heard(&self, now: Instant) {
         self.update(|s| s.watch_heard = Some(now));

@@ -441,12 +441,14 @@ async fn a_restore_that_cannot_progress_hands_the_lease_over() -> Result<()> {
     )
     .await?;
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
+    // Alone and never warm, `a` takes the Lease cold: after the lease duration a missing Lease is
+    // waited out, and another it leaves to a warm replica (15 s each).
     let mut a = leader(
         &ns.name,
         &kc_a,
-        &["--restore-timeout", "25s"],
+        &["--restore-timeout", "45s"],
         &leases,
-        Duration::from_secs(30),
+        Duration::from_secs(42),
     )
     .await?;
     let leading = Instant::now();
