@@ -105,7 +105,13 @@ fn verify_release_accepts_a_signed_release_and_names_each_changed_file() {
     // The same files checked against another key than the one that signed them.
     let other = dir.join("other.pem");
     let key = Command::new("openssl")
-        .args(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"])
+        .args([
+            "genpkey",
+            "-algorithm",
+            "EC",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
         .output()
         .expect("openssl runs");
     std::fs::write(&other, &key.stdout).expect("written");
@@ -185,7 +191,12 @@ fn the_image_index_holds_both_platforms_and_its_arm64_binary_runs_under_qemu() {
         .filter_map(|l| l.split('\t').next())
         .map(str::to_owned)
         .collect();
-    assert_eq!(listed, ["linux/amd64", "linux/arm64", "index"], "{}", text(&out));
+    assert_eq!(
+        listed,
+        ["linux/amd64", "linux/arm64", "index"],
+        "{}",
+        text(&out)
+    );
 
     let want = format!("event-series {}\n", env!("CARGO_PKG_VERSION"));
     let arm64 = binaries.join("arm64/event-series");
@@ -193,10 +204,16 @@ fn the_image_index_holds_both_platforms_and_its_arm64_binary_runs_under_qemu() {
     assert!(emulated.status.success(), "under qemu: {}", text(&emulated));
     assert_eq!(String::from_utf8_lossy(&emulated.stdout), want);
     let native = version_of(&binaries.join("amd64/event-series"), None);
-    assert_eq!(String::from_utf8_lossy(&native.stdout), want, "{}", text(&native));
+    assert_eq!(
+        String::from_utf8_lossy(&native.stdout),
+        want,
+        "{}",
+        text(&native)
+    );
     // Without qemu (none registered with binfmt_misc), the arm64 binary does not run here: it is
     // not the host's binary renamed.
-    if cfg!(target_arch = "x86_64") && !Path::new("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists() {
+    if cfg!(target_arch = "x86_64") && !Path::new("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists()
+    {
         let direct = Command::new(&arm64).arg("--version").output();
         assert!(
             direct.is_err() || !direct.is_ok_and(|o| o.status.success()),
