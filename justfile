@@ -44,7 +44,7 @@ lint:
 unit:
     #!/usr/bin/env bash
     set -euo pipefail
-    unit=(engine late_writes properties restart tenants mapping crashloop cli reading docs formats)
+    unit=(engine late_writes properties restart tenants mapping crashloop cli reading docs formats release)
     cluster=(e2e faults node upgrade manifests)
     # A new suite must be put in one list or the other.
     for f in tests/*.rs tests/*/main.rs; do
@@ -173,9 +173,13 @@ bench-build:
     bash hack/build-envtest.sh
     cargo build --release --bin event-series --example kube_recorder --example bench-loader
 
-# The release files in dist/ (hack/release.sh): install.yaml (the whole install, image by digest), the chart archive, the image's OCI archive, a CycloneDX SBOM, the kubectl plugin archive and its krew manifest, shell completions, SHA256SUMS.
+# The release files in dist/ (hack/release.sh, docs/RELEASE.md): install.yaml (the whole install, image by digest), the chart archive, the image's OCI archive (an index of linux/amd64 and linux/arm64), CycloneDX SBOMs of the crates and of the image, the kubectl plugin archives for linux/amd64 and linux/arm64 and their krew manifest, shell completions; the image signature, SLSA provenance and SHA256SUMS, signed with RELEASE_SIGNING_KEY (or a key made for the release). Then verify-release on it.
 release:
     bash hack/release.sh
+
+# Checks a release directory: SHA256SUMS and its signature, every file against it, the image index (linux/amd64 and linux/arm64, each config and binary of its architecture) and its signature, the provenance's signature and subjects, the SBOMs, the krew manifest. key: the public key to trust (default: the event-series.pub that came with the files).
+verify-release dir="dist" $key="":
+    python3 hack/release.py verify "{{dir}}" ${key:+--key "$key"}
 
 # Fault tests (not in `just test`): kill -9 x20 mid-storm, apiserver+etcd restarts, a 10-minute 429 storm of 1,000 keys, then `just fuzz`. FAULTS_SEED replays a run; figures in docs/FAULTS.md.
 faults:

@@ -103,27 +103,42 @@ NODE_PREREQS=(
   /usr/lib/cni/loopback:containernetworking-plugins
 )
 
-# node_missing: prints the entries of NODE_PREREQS this machine lacks (command or path), one a line.
-node_missing() {
+# What the arm64 build and its test need (hack/build-static.sh, tests/release.rs; .ci/run and
+# hack/test.sh read it): Debian's cross gcc with arm64's static glibc, and qemu's user-mode emulator.
+# shellcheck disable=SC2034 # used by the scripts that source this file
+RELEASE_PREREQS=(
+  aarch64-linux-gnu-gcc:gcc-aarch64-linux-gnu
+  aarch64-linux-gnu-strip:binutils-aarch64-linux-gnu
+  /usr/aarch64-linux-gnu/lib/libc.a:libc6-dev-arm64-cross
+  qemu-aarch64-static:qemu-user-static
+)
+
+# missing_of ENTRY...: prints the entries (command or path, as in NODE_PREREQS) this machine lacks,
+# one a line.
+missing_of() {
   local entry tool
-  for entry in "${NODE_PREREQS[@]}"; do
+  for entry in "$@"; do
     tool="${entry%%:*}"
     if [ "${tool:0:1}" = / ]; then
-      [ -x "$tool" ] || echo "$tool"
+      [ -e "$tool" ] || echo "$tool"
     else
       command -v "$tool" >/dev/null 2>&1 || echo "$tool"
     fi
   done
 }
 
-# node_packages: the Debian packages that bring what node_missing prints (each once).
-node_packages() {
+# packages_of ENTRY...: the Debian packages that bring what missing_of prints (each once).
+packages_of() {
   local missing entry
-  missing=" $(node_missing | tr '\n' ' ') "
-  for entry in "${NODE_PREREQS[@]}"; do
+  missing=" $(missing_of "$@" | tr '\n' ' ') "
+  for entry in "$@"; do
     [[ "$missing" == *" ${entry%%:*} "* ]] && echo "${entry#*:}"
   done | sort -u
 }
+
+# node_missing, node_packages: the same for NODE_PREREQS.
+node_missing() { missing_of "${NODE_PREREQS[@]}"; }
+node_packages() { packages_of "${NODE_PREREQS[@]}"; }
 
 # node_unfit: why this machine cannot run a node (one line), or nothing when it can.
 node_unfit() {

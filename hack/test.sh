@@ -18,7 +18,10 @@
 #      image takes (hack/cluster-up-node.sh and hack/image.sh, when the node tests start: they wait
 #      for what is still being built), then the previous release's image (hack/previous-image.sh,
 #      the upgrade tests, which starts from that build's dependencies);
-#   3. the oldest minor's kube-apiserver, etcd and kubectl (the matrix at the end).
+#   3. the oldest minor's kube-apiserver, etcd and kubectl (the matrix at the end);
+#   4. the arm64 release build (hack/build-static.sh: rustup's arm64 standard library, Debian's
+#      cross gcc), for the last stage: the image index of both platforms, its arm64 binary run
+#      under qemu (tests/release.rs, ignored in the cargo test run).
 # Their output goes to target/background/builds.log, printed when one fails. TEST_BACKGROUND=0 runs
 # them first, in the foreground, instead.
 set -euo pipefail
@@ -59,6 +62,15 @@ stage() {
   return "$rc"
 }
 
+# multiarch_unfit: what this machine lacks for the arm64 build and its test (buildah, the cross gcc,
+# qemu), in one line; nothing when it has all. With CI=true nothing: the test must run, and fail.
+multiarch_unfit() {
+  local missing
+  [ "${CI:-}" = true ] && return
+  missing="$(missing_of "${RELEASE_PREREQS[@]}" buildah:buildah | xargs)"
+  [ -z "$missing" ] || echo "missing: $missing (Debian: apt-get install $(packages_of "${RELEASE_PREREQS[@]}" buildah:buildah | xargs))"
+}
+
 # The background builds (`hack/test.sh --background`), each recorded as "background: NAME";
 # target/background/ready once the foreground's first need (1.) is met, target/background/exit with
 # their exit status at the end.
@@ -71,13 +83,16 @@ background_builds() {
   touch target/background/ready
   stage "background: the node's Kubernetes binaries" bash hack/build-envtest.sh node
   if [ -z "$(node_unfit)" ]; then
-    # What hack/image.sh builds, with its flags (RUSTFLAGS apply to the target only with --target).
-    stage "background: the release build (for the node's image)" env RUSTFLAGS="-C target-feature=+crt-static" \
-      cargo build --release --locked --bin event-series --target x86_64-unknown-linux-gnu
+    # What hack/image.sh builds, the same script.
+    stage "background: the release build (for the node's image)" bash hack/build-static.sh x86_64-unknown-linux-gnu
     stage "background: the previous release's image" bash hack/previous-image.sh
   fi
   stage "background: Kubernetes $oldest binaries" env ENVTEST_MINOR="$oldest" \
     bash hack/build-envtest.sh kube-apiserver etcd kubectl
+  touch target/background/oldest
+  if [ -z "$(multiarch_unfit)" ]; then
+    stage "background: the arm64 release build (for the image index)" bash hack/build-static.sh aarch64-unknown-linux-gnu
+  fi
 }
 if [ "${1:-}" = --background ]; then
   background_builds
@@ -99,11 +114,11 @@ start_background() {
   builds_pid=$!
 }
 
-# wait_for WHAT: until target/background/ready (WHAT=ready) or the end of the background builds
+# wait_for WHAT: until target/background/WHAT (ready, oldest) or the end of the background builds
 # (WHAT=all); fails with the end of their log when they failed.
 wait_for() {
   local rc=0
-  while [ ! -e target/background/exit ] && { [ "$1" = all ] || [ ! -e target/background/ready ]; }; do
+  while [ ! -e target/background/exit ] && { [ "$1" = all ] || [ ! -e "target/background/$1" ]; }; do
     sleep 1
   done
   if [ -e target/background/exit ] && [ -n "$builds_pid" ]; then
@@ -158,6 +173,9 @@ test_times() {
 run_tests() {
   cargo test --workspace --all-targets 2>&1 | test_times
 }
+run_multiarch() {
+  cargo test --test release -- --ignored 2>&1 | test_times
+}
 
 start_background
 stage "lint" "${JUST:-just}" lint
@@ -171,5 +189,12 @@ stage "cargo test: run" run_tests
 # The oldest minor with nothing else running.
 bash hack/cluster-down.sh
 ENVTEST_DIR="$node_dir" bash hack/cluster-down.sh
-stage "waiting for the background builds" wait_for all
+stage "waiting for the oldest minor's binaries" wait_for oldest
 MATRIX_OLDEST=1 MATRIX_TESTS="$OLDEST_SUBSET" MATRIX_OUT=target/matrix-oldest bash hack/test-matrix.sh
+# The image index of both platforms, its arm64 binary under qemu, once the arm64 build is done.
+stage "waiting for the background builds" wait_for all
+if [ -z "$(multiarch_unfit)" ]; then
+  stage "cargo test: the image index, arm64 under qemu" run_multiarch
+else
+  echo "test: skipped the image index of both platforms and its arm64 binary under qemu: $(multiarch_unfit)" >&2
+fi

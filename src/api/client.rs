@@ -102,6 +102,8 @@ pub fn build(config: Config, options: &Options) -> anyhow::Result<Client> {
     tcp.set_connect_timeout(Some(options.request_timeout));
     tcp.set_keepalive(Some(KEEPALIVE));
     tcp.set_keepalive_interval(Some(KEEPALIVE));
+    // TCP_USER_TIMEOUT is Linux's (the kubectl plugin also builds for macOS, without it).
+    #[cfg(target_os = "linux")]
     tcp.set_tcp_user_timeout(Some(options.request_timeout.max(Duration::from_secs(1))));
     let tls = config.rustls_https_connector_with_connector(Abortive(tcp))?;
     let http: hyper_util::client::legacy::Client<_, KubeBody> =

@@ -227,6 +227,13 @@ enum AcceptError {
     Pause,
 }
 
+/// "Machine is not on the network": Linux's alone (the kubectl plugin also builds for macOS, where
+/// no error has this value).
+#[cfg(target_os = "linux")]
+const ENONET: i32 = libc::ENONET;
+#[cfg(not(target_os = "linux"))]
+const ENONET: i32 = i32::MIN;
+
 fn after_accept_error(e: &std::io::Error) -> AcceptError {
     match e.raw_os_error() {
         Some(
@@ -241,7 +248,7 @@ fn after_accept_error(e: &std::io::Error) -> AcceptError {
             | libc::ENETUNREACH
             | libc::EHOSTDOWN
             | libc::EHOSTUNREACH
-            | libc::ENONET
+            | ENONET
             | libc::ENOPROTOOPT
             | libc::EOPNOTSUPP,
         ) => AcceptError::NextConnection,
