@@ -45,7 +45,7 @@ unit:
     #!/usr/bin/env bash
     set -euo pipefail
     unit=(engine late_writes properties restart tenants mapping crashloop cli reading docs formats)
-    cluster=(e2e faults node upgrade manifests)
+    cluster=(e2e faults node scrape upgrade manifests)
     # A new suite must be put in one list or the other.
     for f in tests/*.rs tests/*/main.rs; do
       name="$(basename "${f%/main.rs}" .rs)"
