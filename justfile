@@ -169,6 +169,10 @@ bench-build:
     bash hack/build-envtest.sh
     cargo build --release --bin event-series --example kube_recorder --example bench-loader
 
+# Kubernetes' own e2e tests of Events (e2e.test from the k8s.io/kubernetes module, tests/conformance) on a node with the operator selecting every namespace: what ran and passed, and the series the operator wrote in the tests' namespaces (hack/conformance.sh; FOCUS, KEEP=1; not in `just test`).
+conformance:
+    bash hack/conformance.sh
+
 # The release files in dist/ (hack/release.sh): install.yaml (the whole install, image by digest), the chart archive, the image's OCI archive, a CycloneDX SBOM, the kubectl plugin archive and its krew manifest, shell completions, SHA256SUMS.
 release:
     bash hack/release.sh
