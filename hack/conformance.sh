@@ -3,11 +3,11 @@
 # event-series installed and selecting every namespace, so that the operator's series objects sit
 # beside the events those tests write, list, patch and delete.
 #
-#   1. e2e.test (`go test -c k8s.io/kubernetes/test/e2e`) and agnhost (the image the sig-node test
-#      runs), from the k8s.io/kubernetes module at the harness's release (tests/conformance/go.mod,
-#      the staging modules pinned as in tests/envtest); each kept outside the clone in
-#      $EVENT_SERIES_CACHE/conformance under a key of the module files, this script and the Go
-#      version, like hack/tools.sh;
+#   1. e2e.test (`go test -c k8s.io/kubernetes/test/e2e`) and agnhost (the image the sig-node and
+#      sig-cli tests run), from the k8s.io/kubernetes module at the harness's release
+#      (tests/conformance/go.mod, the staging modules pinned as in tests/envtest); kept outside the
+#      clone in $EVENT_SERIES_CACHE/conformance under a key of the module files, the build flags and
+#      the Go version, like hack/tools.sh (`--build-only` stops there);
 #   2. a node cluster in target/envtest-conformance (hack/cluster-up-node.sh: the operator's image
 #      loaded), agnhost's image loaded under the name the tests ask for (the node has no registry);
 #   3. `kubectl apply -k config/default` and one EventSeriesPolicy for every namespace, alerts off,
@@ -110,7 +110,7 @@ agnhost="$("$E2E" --list-images 2>/dev/null | grep '/e2e-test-images/agnhost:' |
 # As upstream's image: root (its servers bind port 80), `pause` when no command is given.
 bash hack/image.sh --binary agnhost "$agnhost" "$OUT/bin/agnhost" 0 pause
 ctr --address "$NODE_SOCK" -n k8s.io images import "$ROOT/target/image/agnhost.oci.tar" >/dev/null
-# The framework waits for the Pods of kube-system and the pause image; ours is localhost/...
+# Tests that run the pause image ask for registry.k8s.io's: the node's own under that name too.
 pause="$("$E2E" --list-images 2>/dev/null | grep -m1 '/pause:' || true)"
 [ -z "$pause" ] || ctr --address "$NODE_SOCK" -n k8s.io images tag --force "$PAUSE_IMAGE" "$pause" >/dev/null
 
