@@ -61,7 +61,7 @@ if [ ! -x "$entry/e2e.test" ] || [ ! -x "$entry/agnhost" ]; then
   if [ ! -x "$entry/e2e.test" ] || [ ! -x "$entry/agnhost" ]; then
     echo "conformance: building e2e.test and agnhost (k8s.io/kubernetes $kver) into $entry" >&2
     started=$SECONDS
-    tmp="$(mktemp -d "$entry.tmp.XXXXXX")"
+    tmp="$(mktemp -d "$entry.tmp.XXXXXX")" && chmod 755 "$tmp"
     trap 'rm -rf "$tmp"' EXIT
     (cd "$MOD" && CGO_ENABLED=0 GOTOOLCHAIN=local go test -c "${build[@]}" -o "$tmp/e2e.test" k8s.io/kubernetes/test/e2e)
     (cd "$MOD" && CGO_ENABLED=0 GOTOOLCHAIN=local go build "${build[@]}" -o "$tmp/agnhost" k8s.io/kubernetes/test/images/agnhost)
