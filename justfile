@@ -45,7 +45,7 @@ unit:
     #!/usr/bin/env bash
     set -euo pipefail
     unit=(engine late_writes properties restart tenants mapping crashloop cli reading docs formats release)
-    cluster=(e2e faults node upgrade manifests)
+    cluster=(e2e faults node scrape upgrade manifests)
     # A new suite must be put in one list or the other.
     for f in tests/*.rs tests/*/main.rs; do
       name="$(basename "${f%/main.rs}" .rs)"
@@ -172,6 +172,10 @@ bench-ingest: bench-build
 bench-build:
     bash hack/build-envtest.sh
     cargo build --release --bin event-series --example kube_recorder --example bench-loader
+
+# Kubernetes' own e2e tests of Events (e2e.test from the k8s.io/kubernetes module, tests/conformance) on a node with the operator selecting every namespace: what ran and passed, and the series the operator wrote in the tests' namespaces (hack/conformance.sh; FOCUS, KEEP=1; not in `just test`).
+conformance:
+    bash hack/conformance.sh
 
 # The release files in dist/ (hack/release.sh, docs/RELEASE.md): install.yaml (the whole install, image by digest), the chart archive, the image's OCI archive (an index of linux/amd64 and linux/arm64), CycloneDX SBOMs of the crates and of the image, the kubectl plugin archives for linux/amd64 and linux/arm64 and their krew manifest, shell completions; the image signature, SLSA provenance and SHA256SUMS, signed with RELEASE_SIGNING_KEY (or a key made for the release). Then verify-release on it.
 release:

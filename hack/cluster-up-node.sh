@@ -15,6 +15,10 @@
 # Environment: as hack/cluster-up.sh (ENVTEST_DIR, default target/envtest), plus
 #   NODE_UP_TIMEOUT   seconds to wait for the node to be Ready (default 120)
 #   NODE_IMAGES       0: do not build and import the images (default 1; see hack/image.sh)
+#   NODE_CLUSTER_DNS  an address in the Service range (10.0.0.0/24) for the kubelet's clusterDNS
+#                     (default none: the kubelet falls back to the node's resolv.conf and says so in
+#                     a MissingClusterDNS Warning per Pod); nothing answers there, it only makes Pods
+#                     start as on a cluster with DNS (hack/conformance.sh: upstream tests expect it)
 #
 # State lives in $ENVTEST_DIR/node (containerd root and state, kubelet root, pod logs, CNI
 # data, the sysctls before the node changed them). hack/cluster-down.sh removes all of it:
@@ -221,6 +225,7 @@ failSwapOn: false
 oomScoreAdj: 0
 podLogsDir: $N/pod-logs
 clusterDomain: cluster.local
+${NODE_CLUSTER_DNS:+clusterDNS: [$NODE_CLUSTER_DNS]}
 resolvConf: /etc/resolv.conf
 evictionHard:
   memory.available: 100Mi

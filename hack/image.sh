@@ -10,6 +10,11 @@
 #   pause.oci.tar         the test node's sandbox image ($PAUSE_IMAGE), from tests/envtest/cmd/pause
 # An archive is rebuilt only when one of its binaries changed, or its platforms.
 # Needs buildah (Debian: apt-get install buildah).
+#
+# `hack/image.sh --binary NAME TAG FILE USER [CMD...]` builds only $IMAGE_DIR/NAME.oci.tar, for the
+# host's platform: the static binary FILE as /NAME, FROM scratch, run as USER, entrypoint /NAME,
+# default arguments CMD: the images of other programs the node tests run as Pods (Prometheus for
+# tests/scrape, agnhost for `just conformance`), whose registries the node cannot reach.
 set -euo pipefail
 # The product is built the same whatever Kubernetes minor a test runs on (ENVTEST_MINOR, the matrix):
 # its helper binaries (pause, kubectl for kustomize) are the newest release's.
@@ -24,6 +29,15 @@ command -v buildah >/dev/null 2>&1 || { echo "image: buildah not found (Debian: 
 OUT="${IMAGE_DIR:-$ROOT/target/image}"
 case "$OUT" in /*) ;; *) OUT="$ROOT/$OUT" ;; esac
 mkdir -p "$OUT"
+binary=() user='' cmd=''
+if [ "${1:-}" = --binary ]; then
+  [ $# -ge 5 ] && [ -x "$4" ] || { echo "usage: hack/image.sh --binary NAME TAG FILE USER [CMD...] (FILE an executable)" >&2; exit 2; }
+  binary=("$2" "$3" "$4")
+  user="$5"
+  shift 5
+  # CMD as the exec form's JSON array (plain words: no quotes or backslashes to escape).
+  [ $# = 0 ] || cmd="$(printf '"%s", ' "$@")"
+fi
 version="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)"
 TAG="ghcr.io/event-series/event-series:v$version"
 
@@ -34,15 +48,6 @@ host_platform() {
     *) echo "image: no image platform for $(uname -m)" >&2; exit 1 ;;
   esac
 }
-read -r -a platforms <<<"${IMAGE_PLATFORMS:-$(host_platform)}"
-declare -A TRIPLE=([linux/amd64]=x86_64-unknown-linux-gnu [linux/arm64]=aarch64-unknown-linux-gnu)
-declare -A BINARY=()
-for platform in "${platforms[@]}"; do
-  [ -n "${TRIPLE[$platform]:-}" ] || { echo "image: unknown platform $platform (linux/amd64, linux/arm64)" >&2; exit 1; }
-  BINARY[$platform]="$(bash hack/build-static.sh "${TRIPLE[$platform]}")"
-done
-bash hack/build-envtest.sh pause
-
 B=(buildah --root "$OUT/storage" --runroot "$OUT/run" --storage-driver vfs)
 
 # fresh NAME STAMP FILE...: whether $OUT/NAME.oci.tar is newer than every FILE and was built for STAMP.
@@ -59,12 +64,18 @@ context() {
   local ctx strip=strip
   ctx="$(mktemp -d "$OUT/context.XXXXXX")"
   [ "$3" = "$(host_platform)" ] || [ "$3" != linux/arm64 ] || strip=aarch64-linux-gnu-strip
-  install -m 0755 -s --strip-program="$strip" "$1" "$ctx/$2"
-  if [ "$2" = pause ]; then
-    printf 'FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]\n' >"$ctx/Containerfile"
-  else
-    cp hack/image.Containerfile "$ctx/Containerfile"
-  fi
+  case "$2" in
+    pause)
+      install -m 0755 -s --strip-program="$strip" "$1" "$ctx/pause"
+      printf 'FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]\n' >"$ctx/Containerfile" ;;
+    event-series)
+      install -m 0755 -s --strip-program="$strip" "$1" "$ctx/event-series"
+      cp hack/image.Containerfile "$ctx/Containerfile" ;;
+    *)
+      install -m 0755 "$1" "$ctx/$2"
+      printf 'FROM scratch\nCOPY %s /%s\nUSER %s\nENTRYPOINT ["/%s"]\n' "$2" "$2" "$user" "$2" >"$ctx/Containerfile"
+      [ -z "$cmd" ] || printf 'CMD [%s]\n' "${cmd%, }" >>"$ctx/Containerfile" ;;
+  esac
   echo "$ctx"
 }
 
@@ -72,7 +83,7 @@ context() {
 image() {
   local name="$1" tag="$2" stamp shown ctx p bin list="localhost/$1-index:build" built=()
   shift 2
-  stamp="$*" shown="${*%%=*}"
+  stamp="$* $user $cmd" shown="${*%%=*}"
   if fresh "$name" "$stamp" "${@#*=}"; then
     echo "image: $OUT/$name.oci.tar is up to date ($tag, $shown)"
     return
@@ -104,6 +115,20 @@ image() {
   echo "$stamp" >"$OUT/$name.built-for"
   echo "image: $OUT/$name.oci.tar ($tag, $shown, $(du -h "$OUT/$name.oci.tar" | cut -f1))"
 }
+if [ ${#binary[@]} -gt 0 ]; then
+  image "${binary[0]}" "${binary[1]}" "$(host_platform)=${binary[2]}"
+  exit 0
+fi
+
+read -r -a platforms <<<"${IMAGE_PLATFORMS:-$(host_platform)}"
+declare -A TRIPLE=([linux/amd64]=x86_64-unknown-linux-gnu [linux/arm64]=aarch64-unknown-linux-gnu)
+declare -A BINARY=()
+for platform in "${platforms[@]}"; do
+  [ -n "${TRIPLE[$platform]:-}" ] || { echo "image: unknown platform $platform (linux/amd64, linux/arm64)" >&2; exit 1; }
+  BINARY[$platform]="$(bash hack/build-static.sh "${TRIPLE[$platform]}")"
+done
+bash hack/build-envtest.sh pause
+
 args=()
 for platform in "${platforms[@]}"; do args+=("$platform=${BINARY[$platform]}"); done
 image event-series "$TAG" "${args[@]}"

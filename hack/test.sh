@@ -14,10 +14,10 @@
 # shares CPU between sessions first, then by nice within one: the servers the tests start in their
 # own sessions keep their share), with idle I/O, one after the other in the order they are needed:
 #   1. kube-apiserver, etcd, kubectl and the emitter, then the tools (before the cluster starts);
-#   2. the node's Kubernetes binaries and, where a node can run, the operator's release build its
-#      image takes (hack/cluster-up-node.sh and hack/image.sh, when the node tests start: they wait
-#      for what is still being built), then the previous release's image (hack/previous-image.sh,
-#      the upgrade tests, which starts from that build's dependencies);
+#   2. the node's Kubernetes binaries and, where a node can run, Prometheus (tests/scrape), the
+#      operator's release build its image takes (hack/cluster-up-node.sh and hack/image.sh, when
+#      the node tests start: they wait for what is still being built), then the previous release's
+#      image (hack/previous-image.sh, the upgrade tests, which starts from that build's dependencies);
 #   3. the oldest minor's kube-apiserver, etcd and kubectl (the matrix at the end);
 #   4. the arm64 release build (hack/build-static.sh: rustup's arm64 standard library, Debian's
 #      cross gcc), for the last stage: the image index of both platforms, its arm64 binary run
@@ -83,6 +83,7 @@ background_builds() {
   touch target/background/ready
   stage "background: the node's Kubernetes binaries" bash hack/build-envtest.sh node
   if [ -z "$(node_unfit)" ]; then
+    stage "background: Prometheus (tests/scrape)" bash hack/tools.sh prometheus
     # What hack/image.sh builds, the same script.
     stage "background: the release build (for the node's image)" bash hack/build-static.sh x86_64-unknown-linux-gnu
     stage "background: the previous release's image" bash hack/previous-image.sh

@@ -4,12 +4,14 @@
 #   helm4     (helm.sh/helm/v4)                     the same checks and the install test with Helm 4
 #   promtool  (github.com/prometheus/prometheus)    promtool check rules of config/prometheus
 #   alertmanager (github.com/prometheus/alertmanager) the loop alerts' end-to-end tests and the demo
+#   prometheus (github.com/prometheus/prometheus)  a real Prometheus Pod on the node for tests/scrape (only when named)
 #   helm-unittest (github.com/helm-unittest/helm-unittest) the chart's template unit tests (charts/event-series/tests)
 #   kwok      (sigs.k8s.io/kwok)                     simulated nodes and pods for bench/scale.sh (only when named)
 #   cargo-cyclonedx (crates.io)                      the release's SBOM, hack/release.sh (only when named)
 # Only the command a test runs is built, without symbol tables; promtool without the optional
 # service discoveries (Prometheus' remove_all_sd build tag: the cloud SDKs are most of its build,
-# and rule checks use none of them).
+# and rule checks use none of them), prometheus with Kubernetes' only (enable_kubernetes_sd), the one
+# a ServiceMonitor's scrape configuration uses.
 #
 # Each build is kept outside the clone, in $EVENT_SERIES_CACHE/tools (default
 # ${XDG_CACHE_HOME:-~/.cache}/event-series/tools), under a key made of the module, its version, the
@@ -27,12 +29,14 @@ declare -A MODULE=(
   [helm4]="helm.sh/helm/v4/cmd/helm@v4.3.1"
   [helm-unittest]="github.com/helm-unittest/helm-unittest/cmd/helm-unittest@v1.1.2"
   [promtool]="github.com/prometheus/prometheus/cmd/promtool@v0.316.0"
+  # The same release as promtool (one module version to download).
+  [prometheus]="github.com/prometheus/prometheus/cmd/prometheus@v0.316.0"
   [kwok]="sigs.k8s.io/kwok/cmd/kwok@v0.8.0"
   # v0.32 and later embed a web UI their module zips do not hold (go install fails on ui/app/dist).
   [alertmanager]="github.com/prometheus/alertmanager/cmd/alertmanager@v0.31.1"
 )
 # Build tags per tool (none by default).
-declare -A TAGS=([promtool]="remove_all_sd")
+declare -A TAGS=([promtool]="remove_all_sd" [prometheus]="remove_all_sd,enable_kubernetes_sd")
 # -s -w: no symbol table, no DWARF (less to link); the tests only run the tools.
 LDFLAGS="-s -w"
 
