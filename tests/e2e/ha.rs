@@ -3,7 +3,7 @@
 
 use crate::OPERATOR;
 use crate::operator::{count, emit, state, wait_for};
-use anyhow::{Result, bail};
+use anyhow::{Result, bail, ensure};
 use event_series_test_support::cluster::{TestNamespace, client, kubeconfig, kubectl};
 use event_series_test_support::node::metric_sum;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -466,5 +466,118 @@ async fn thousands_of_alerting_loops_go_through_a_hand_over_without_a_second_not
     assert_eq!(held, ALERTS, "the same alerts active in Alertmanager");
     drop(b);
     kubectl(&["delete", "eventseriespolicy", &policy])?;
+    ns.cleanup().await
+}
+
+/// Operations: a rollout starts a new Pod beside a leader and a warm standby; when the leader
+/// releases the Lease, the new Pod, still restoring, must leave it to the warm standby, or writes
+/// stop for its whole restore. Here the new replica `b` restores slowly (20 ms each way, one object
+/// a page, 300 look-alikes of a series object to read and reject: about 15 s) and tries the Lease
+/// every second; the warm standby `c` only every five seconds, so that a replica racing for a free
+/// Lease would win it from `c` nine times in ten.
+#[tokio::test]
+async fn a_replica_still_restoring_leaves_a_released_lease_to_the_warm_standby() -> Result<()> {
+    use crate::network::{proxied, wait_leading};
+    use event_series_test_support::raw::{create_all, kubelet_backoff};
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    use k8s_openapi::api::events::v1::Event;
+    use kube::api::{ObjectMeta, PostParams};
+    let client = client().await?;
+    let ns = TestNamespace::new(&client, "warm-first").await?;
+    let replica = |id: &str, retry: &str, extra: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = [
+            "--namespace",
+            &ns.name,
+            "--leader-elect",
+            "--lease-namespace",
+            &ns.name,
+            "--instance",
+            id,
+            "--lease-duration",
+            "15s",
+            "--renew-deadline",
+            "7s",
+            "--retry-period",
+            retry,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    };
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
+    let a_args = replica("a", "1s", &[]);
+    let a = OPERATOR.launch(
+        kubeconfig(),
+        &format!("{}-a", ns.name),
+        &a_args.iter().map(String::as_str).collect::<Vec<_>>(),
+    )?;
+    wait_leading(&leases, "a", Duration::from_secs(30), None).await?;
+    let raw: Api<CoreEvent> = Api::namespaced(client.clone(), &ns.name);
+    create_all(&raw, [kubelet_backoff(&ns.name, "web.raw", "web", 2)], 1).await?;
+    let written = wait_for(&client, &ns.name, "the loop's series object", |objs| {
+        objs.len() == 1
+    })
+    .await?;
+    let objects: Api<Event> = Api::namespaced(client.clone(), &ns.name);
+    for i in 0..300 {
+        let copy = Event {
+            metadata: ObjectMeta {
+                name: Some(format!("aaa-{i:03}")),
+                labels: written[0].metadata.labels.clone(),
+                annotations: written[0].metadata.annotations.clone(),
+                ..ObjectMeta::default()
+            },
+            ..written[0].clone()
+        };
+        objects.create(&PostParams::default(), &copy).await?;
+    }
+    let c_args = replica("c", "5s", &[]);
+    let c = OPERATOR.launch(
+        kubeconfig(),
+        &format!("{}-c", ns.name),
+        &c_args.iter().map(String::as_str).collect::<Vec<_>>(),
+    )?;
+    let (proxy, kc) = proxied(&format!("{}-b", ns.name)).await?;
+    proxy.set_latency(Duration::from_millis(20));
+    let b_args = replica("b", "1s", &["--list-page-bytes", "1"]);
+    let mut b = OPERATOR.spawn(
+        &kc,
+        &format!("{}-b", ns.name),
+        &b_args.iter().map(String::as_str).collect::<Vec<_>>(),
+    )?;
+    // b has joined the election and is restoring.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    ensure!(b.alive(), "b exited (log {})", b.log.display());
+    ensure!(
+        b.get("/readyz").map(|r| r.0) != Some(200),
+        "b is warm already: its restore must outlast the hand-over (log {})",
+        b.log.display()
+    );
+    let status = a.terminate()?;
+    ensure!(status.success(), "a stopped cleanly: {status}");
+    let taken = Instant::now();
+    let holder = loop {
+        if let Some(h) = holder(&leases).await {
+            break h;
+        }
+        ensure!(
+            taken.elapsed() < Duration::from_secs(20),
+            "nobody took the released Lease"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    println!(
+        "{holder} took the released Lease {:?} after a stopped",
+        taken.elapsed()
+    );
+    assert_eq!(
+        holder,
+        "c",
+        "the replica still restoring took the Lease from the warm standby (b's log {})",
+        b.log.display()
+    );
+    drop((b, c));
     ns.cleanup().await
 }
