@@ -124,7 +124,13 @@ async fn follow(api: Api<Event>, tx: mpsc::Sender<Box<Event>>, timeout_secs: u32
             Err(kube::Error::Api(status)) if status.code == 410 => version = None,
             Err(error) => {
                 let retry_in = delays.next().unwrap_or(Duration::from_secs(30));
-                tracing::debug!(%error, ?retry_in, "own series watch refused; retrying");
+                if refused(&error) {
+                    // Not a passing fault: without this watch a standby that takes over writes
+                    // every series again. Said each time, at the backoff's pace.
+                    tracing::warn!(%error, ?retry_in, "own series watch refused: a standby cannot follow the leader's writes (RBAC: events.k8s.io events watch)");
+                } else {
+                    tracing::debug!(%error, ?retry_in, "own series watch refused; retrying");
+                }
                 tokio::time::sleep(retry_in).await;
             }
         }
@@ -132,4 +138,9 @@ async fn follow(api: Api<Event>, tx: mpsc::Sender<Box<Event>>, timeout_secs: u32
             return;
         }
     }
+}
+
+/// Whether the API server refused the watch for want of rights, which no retry mends.
+fn refused(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 401 || status.code == 403)
 }

@@ -479,7 +479,10 @@ pub fn operator_rules() -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
     };
     vec![
         rule("", &["list", "watch"]),
-        rule("events.k8s.io", &["create", "patch", "list"]),
+        rule(
+            "events.k8s.io",
+            &["create", "patch", "list", "watch", "get"],
+        ),
     ]
 }
 

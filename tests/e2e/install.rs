@@ -160,23 +160,35 @@ async fn apply_k_installs_a_least_privilege_operator() -> Result<()> {
         &[],
     )?;
     let sa = token_kubeconfig(&client, kc, NS, "event-series").await?;
-    let op = OPERATOR.launch(
-        &sa,
-        &ns.name,
-        &[
-            "--leader-elect",
-            "--lease-namespace",
-            NS,
-            "--instance",
-            "e2e-install",
-            "--lease-duration",
-            "5s",
-            "--renew-deadline",
-            "4s",
-            "--retry-period",
-            "1s",
-        ],
-    )?;
+    let replica = |instance: &str, log: &str| {
+        OPERATOR.launch(
+            &sa,
+            log,
+            &[
+                "--leader-elect",
+                "--lease-namespace",
+                NS,
+                "--instance",
+                instance,
+                "--lease-duration",
+                "5s",
+                "--renew-deadline",
+                "4s",
+                "--retry-period",
+                "1s",
+            ],
+        )
+    };
+    let op = replica("e2e-install", &ns.name)?;
+    crate::network::wait_leading(
+        &Api::<Lease>::namespaced(client.clone(), NS),
+        "e2e-install",
+        std::time::Duration::from_secs(30),
+        None,
+    )
+    .await?;
+    // A warm standby beside it, with the same rights: it follows the leader's writes.
+    let standby = replica("e2e-install-standby", &format!("{}-standby", ns.name))?;
     let truth = emit_on(
         kc,
         &ns.name,
@@ -225,6 +237,18 @@ async fn apply_k_installs_a_least_privilege_operator() -> Result<()> {
         lease.spec.and_then(|s| s.holder_identity).as_deref(),
         Some("e2e-install")
     );
+    // The standby learnt every write of the leader (its watch of the series objects is allowed):
+    // nothing is left for it to write, were it to take over now.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while standby.metric("event_series_writes_pending") > 0.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the standby still owes {} writes the leader made (log {})",
+            standby.metric("event_series_writes_pending"),
+            standby.log.display()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
     // The operator's Lease requests are in their own API Priority and Fairness flow: the apiserver
     // names the FlowSchema that classified a request in its answer.
     let flow = Api::<k8s_openapi::api::flowcontrol::v1::FlowSchema>::all(client.clone())
@@ -318,7 +342,8 @@ async fn apply_k_installs_a_least_privilege_operator() -> Result<()> {
     refused_by_the_admission_policy(&client, kc, &ns.name, &done[0]).await?;
     scraped_with_the_installed_roles(&client, kc, &sa, &ns.name).await?;
 
-    // SIGTERM: exits 0 and hands the lease back.
+    // SIGTERM: exits 0 and hands the lease back (the standby gone first, or it would take it).
+    drop(standby);
     let status = op.terminate()?;
     assert!(status.success(), "{status}");
     tokio::time::sleep(Duration::from_millis(500)).await;
