@@ -485,26 +485,9 @@ async fn a_replica_still_restoring_leaves_a_released_lease_to_the_warm_standby()
     let client = client().await?;
     let ns = TestNamespace::new(&client, "warm-first").await?;
     let replica = |id: &str, retry: &str, extra: &[&str]| -> Vec<String> {
-        let mut args: Vec<String> = [
-            "--namespace",
-            &ns.name,
-            "--leader-elect",
-            "--lease-namespace",
-            &ns.name,
-            "--instance",
-            id,
-            "--lease-duration",
-            "15s",
-            "--renew-deadline",
-            "7s",
-            "--retry-period",
-            retry,
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        args.extend(extra.iter().map(|s| s.to_string()));
-        args
+        let timings = ["--lease-duration", "15s", "--renew-deadline", "7s"];
+        let flags = [&timings[..], &["--retry-period", retry], extra].concat();
+        crate::slow::replica(&ns.name, id, &flags)
     };
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
     let a_args = replica("a", "1s", &[]);

@@ -19,7 +19,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use std::time::{Duration, Instant};
 
 /// The leader-election flags of a replica named `id` in `ns`, with client-go's default timings.
-fn replica(ns: &str, id: &str, extra: &[&str]) -> Vec<String> {
+pub(crate) fn replica(ns: &str, id: &str, extra: &[&str]) -> Vec<String> {
     let mut args: Vec<String> = [
         "--namespace",
         ns,
