@@ -3,7 +3,7 @@
 use crate::alerting::alertmanager::Target;
 use crate::alerting::{AlertConfig, Limits};
 use crate::controller::ControllerConfig;
-use crate::input::paging;
+use crate::input::{pace, paging};
 use crate::leader::LeaseConfig;
 use crate::leader::elector::{Timings, TimingsError};
 use crate::operations::reporter::ReportConfig;
@@ -224,12 +224,9 @@ pub struct RunArgs {
     /// A number of bytes, or with Ki, Mi or Gi.
     #[arg(long, default_value = "1Mi", value_parser = paging::parse_bytes)]
     pub list_page_bytes: usize,
-    /// About how many bytes of raw events a restart buffers to replay in time order (the first
-    /// list, 10^6 stored events, would take hundreds of MB): a full buffer pauses the list until the
-    /// operator's own series are restored, and is then replayed early. Each part is replayed in time
-    /// order, so a small buffer costs only more, smaller replays; a large one is held on top of the
-    /// rebuilt engine at the restore's peak (`just bench-restore-buffer`, docs/BENCHMARKS.md).
-    /// A number of bytes, or with Ki, Mi or Gi.
+    /// About how many bytes of raw events a restart buffers to replay in time order: a full buffer
+    /// pauses the list until the own series are restored, then is replayed early (a small one costs
+    /// only more, smaller replays). A number of bytes, or with Ki, Mi or Gi.
     #[arg(long, default_value = "8Mi", value_parser = paging::parse_bytes)]
     pub restart_buffer_bytes: usize,
     /// Most bytes of keys the engine holds for series and candidates (a key at every field limit
@@ -257,13 +254,15 @@ pub struct RunArgs {
     /// standby is not a supported way to run.
     #[arg(long, value_enum, default_value_t = Standby::Warm, hide = true)]
     pub standby: Standby,
-    /// How long the restore (the list of the operator's own series objects when it starts or takes
-    /// over) may go without receiving a page before the replica gives up the Lease and exits 1, so
-    /// that a standby tries; /healthz fails meanwhile. Progress, not total time, is bounded: a
-    /// restore of 10^6 stored events on a slow apiserver takes hundreds of pages, each within the
-    /// request timeout and its retries.
+    /// How long the restore (the list of the own series objects) may go without receiving a page
+    /// before the replica gives up the Lease and exits 1, so that a standby tries; /healthz fails
+    /// meanwhile. Progress, not total time, is bounded.
     #[arg(long, default_value = "10m", value_parser = duration::parse_std)]
     pub restore_timeout: Duration,
+    /// The share of time a standby's lists may hold a request at the API server, so that its
+    /// start does not slow the leader's renewals (a pause of the page's time at 0.5; 1: none).
+    #[arg(long, default_value = "0.5", value_parser = pace::parse_share)]
+    pub standby_list_share: f64,
     /// How long pending writes may take to flush on SIGTERM.
     #[arg(long, default_value = "10s", value_parser = duration::parse_std)]
     pub shutdown_timeout: Duration,
@@ -425,6 +424,7 @@ impl RunArgs {
             list_page_bytes: self.list_page_bytes,
             restart_buffer_bytes: self.restart_buffer_bytes,
             restore_timeout: self.restore_timeout,
+            standby_list_share: self.standby_list_share,
             alerts: self.alerts.config(self.request_timeout),
             max_loop_label_sets: self.max_loop_label_sets,
             report: ReportConfig {
@@ -516,12 +516,23 @@ mod tests {
         assert_eq!(run_args(&[]).standby, Standby::Warm);
         assert_eq!(run_args(&["--standby", "cold"]).standby, Standby::Cold);
         assert!(Cli::try_parse_from(["event-series", "run", "--standby", "lukewarm"]).is_err());
+        assert_eq!(run_args(&[]).standby_list_share, 0.5);
+        assert_eq!(
+            run_args(&["--standby-list-share", "1"]).standby_list_share,
+            1.0
+        );
+        let e = Cli::try_parse_from(["event-series", "run", "--standby-list-share", "0"])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("not a share above 0"), "{e}");
         let mut cli = Cli::command();
         let help = cli
             .find_subcommand_mut("run")
             .expect("run")
             .render_long_help()
             .to_string();
-        assert!(!help.contains("--standby"), "a benchmark flag is hidden");
+        assert!(!help.contains("--standby "), "a benchmark flag is hidden");
+        assert!(help.contains("--standby-list-share"));
     }
 }

@@ -25,6 +25,7 @@ use crate::alerting::{AlertConfig, Input};
 use crate::config::policy_watch::{PolicyWatch, Update};
 use crate::input::completeness::{self, Completeness, Probed};
 use crate::input::own_watch::{OwnObjects, own_objects};
+use crate::input::pace::Pace;
 use crate::input::paging::PageSize;
 use crate::input::restart::{self, Restart};
 use crate::input::watch::{Step, Steps, raw_events};
@@ -81,6 +82,8 @@ pub struct ControllerConfig {
     pub restart_buffer_bytes: usize,
     /// How long a restore may go without a page of its list before the operator gives up.
     pub restore_timeout: Duration,
+    /// The share of time a standby's lists may hold a request ([`crate::input::pace`]).
+    pub standby_list_share: f64,
     /// Loops as alerts, when an Alertmanager is configured.
     pub alerts: Option<AlertConfig>,
     /// Most label sets of the `loops` gauge.
@@ -147,20 +150,24 @@ pub async fn run(
     });
     let (to_writer, mut writer) =
         WriterTask::start(&client, &config, &metrics, &health, fence.clone());
+    let leads = fence.clone();
+    let pace = Pace::new(config.standby_list_share, Arc::new(move || leading(&leads)));
     let mut steps = raw_events(
         scoped(&client, &config.namespace),
         config.watch_timeout_secs,
         config.watch_bookmarks,
-        PageSize::new(config.list_page_size, config.list_page_bytes),
+        (
+            PageSize::new(config.list_page_size, config.list_page_bytes),
+            Arc::clone(&pace),
+        ),
     );
     let restored = restore(
-        &client,
-        &config,
-        &policies,
+        (&client, &config, &policies),
         &mut engine,
         (&metrics, &health),
         &mut steps,
         &to_writer,
+        pace,
     );
     let (restart, held) = match until(restored, &mut shutdown).await {
         Ok(restored) => restored?,
@@ -236,13 +243,12 @@ fn set_up_engine(config: &ControllerConfig, policies: &PolicyWatch) -> Engine {
 
 /// Rebuilds the engine: the own series objects, then the first raw list ([`Restart::run`]).
 async fn restore(
-    client: &Client,
-    config: &ControllerConfig,
-    policies: &PolicyWatch,
+    (client, config, policies): (&Client, &ControllerConfig, &PolicyWatch),
     engine: &mut Engine,
     shared: (&Metrics, &Health),
     steps: &mut Steps,
     to_writer: &ControllerEnds,
+    pace: Arc<Pace>,
 ) -> anyhow::Result<(Restart, Option<Step>)> {
     // The own series objects namespace by namespace: a label-selected list is a range read over every
     // stored event of its scope, and over the whole cluster (10^6 stored events) one page of it
@@ -258,6 +264,7 @@ async fn restore(
         page_bytes: config.list_page_bytes,
         restore_timeout: config.restore_timeout,
         buffer_bytes: config.restart_buffer_bytes,
+        pace,
     };
     // The writer learns each restored object's version: its first update carries it.
     let mut adopted = |ev: &events::Event, stored: &StoredSeries| {

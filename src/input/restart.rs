@@ -20,6 +20,7 @@
 //! The engine's side of it (what a stored series says was already counted) is `engine::restore`.
 
 use crate::input::list_body::{self, Part};
+use crate::input::pace::Pace;
 use crate::input::paging::PageSize;
 use crate::input::watch::Step;
 use crate::object;
@@ -35,6 +36,7 @@ use k8s_openapi::api::core::v1::Event as CoreEvent;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use kube::api::{Api, ListParams};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod list_retry;
@@ -76,7 +78,7 @@ impl Restart {
         let mut restart = Restart::new(bounds.buffer_bytes);
         let started = restart.started;
         engine.begin_recovery();
-        let restore = restore_own_series(own, engine, (metrics, health), bounds, adopted);
+        let restore = restore_own_series(own, engine, (metrics, health), &bounds, adopted);
         tokio::pin!(restore);
         let mut held = None;
         let mut watch_open = true;
@@ -210,16 +212,22 @@ async fn restore_own_series(
     own: &[Api<Event>],
     engine: &mut Engine,
     (metrics, health): (&Metrics, &Health),
-    bounds: Bounds,
+    bounds: &Bounds,
     adopted: &mut impl FnMut(&Event, &StoredSeries),
 ) -> Result<(), RestoreError> {
     let started = Instant::now();
     health.restore_progress(Some(started));
     tracing::info!(namespaces = own.len(), "restoring own series objects");
     let mut tally = Tally::default();
+    // A standby lists one namespace at a time, and pauses between pages.
+    let lists = if bounds.pace.paused() {
+        1
+    } else {
+        RESTORE_LISTS
+    };
     let mut parts = futures::stream::iter(own)
         .map(|api| Box::pin(own_objects(api, bounds, metrics)))
-        .flatten_unordered(RESTORE_LISTS);
+        .flatten_unordered(lists);
     loop {
         let asked = Instant::now();
         let Some(part) = parts.next().await else {
@@ -279,7 +287,7 @@ enum Own {
 /// that stopped it.
 fn own_objects<'a>(
     api: &'a Api<Event>,
-    bounds: Bounds,
+    bounds: &'a Bounds,
     metrics: &'a Metrics,
 ) -> impl Stream<Item = Result<Own, RestoreError>> + 'a {
     let sizes = PageSize::new(OWN_PAGE_SIZE, bounds.page_bytes);
@@ -299,6 +307,7 @@ fn own_objects<'a>(
         list_rv: None,
         page: None,
         largest: 0,
+        pace: &bounds.pace,
     };
     futures::stream::try_unfold(Some(list), |list| async move {
         let Some(mut list) = list else {
@@ -342,6 +351,7 @@ struct OwnList<'a> {
     page: Option<BoxStream<'static, kube::Result<Part<Event>>>>,
     /// The largest object of that page.
     largest: usize,
+    pace: &'a Arc<Pace>,
 }
 
 impl OwnList<'_> {
@@ -356,9 +366,10 @@ impl OwnList<'_> {
     /// is asked for again ([`failed`]), smaller when it failed on large objects.
     async fn next_part(&mut self) -> Result<Part<Event>, RestoreError> {
         loop {
-            let page = self
-                .page
-                .get_or_insert_with(|| list_body::page(self.api, &self.params));
+            let page = self.page.get_or_insert_with(|| {
+                let (api, params) = (self.api.clone(), self.params.clone());
+                self.pace.page(move || list_body::page(&api, &params))
+            });
             let e = match page.next().await {
                 Some(Ok(part)) => {
                     if matches!(part, Part::End(_)) {
@@ -419,7 +430,7 @@ fn restore_one(
 }
 
 /// The bounds of a restore.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone)]
 pub struct Bounds {
     /// About how many bytes of JSON a page may hold ([`crate::input::paging`]).
     pub page_bytes: usize,
@@ -427,6 +438,8 @@ pub struct Bounds {
     pub restore_timeout: Duration,
     /// About how many bytes the buffer of the first list may hold ([`Restart::flush`]).
     pub buffer_bytes: usize,
+    /// When the next page may be asked for ([`crate::input::pace`]).
+    pub pace: Arc<Pace>,
 }
 
 /// A restore that could not go on.

@@ -39,7 +39,13 @@ async fn lists_then_watches_and_leaves_out_own_objects() -> anyhow::Result<()> {
         .await?;
 
     let pages = event_series::input::paging::PageSize::new(500, 1 << 20);
-    let mut steps = Box::pin(raw_events(Api::all(client.clone()), 290, true, pages));
+    let pace = event_series::input::pace::Pace::unpaced();
+    let mut steps = Box::pin(raw_events(
+        Api::all(client.clone()),
+        290,
+        true,
+        (pages, pace),
+    ));
     let mut listed = Vec::new();
     loop {
         let step = tokio::time::timeout(Duration::from_secs(30), steps.next())

@@ -2,6 +2,8 @@
 //! time), the watch alongside a list and the watch after it, handing steps on to the controller.
 
 use super::*;
+use crate::input::pace::Pace;
+use std::sync::Arc;
 
 type Closed = tokio::sync::mpsc::error::SendError<Received>;
 type Sender = tokio::sync::mpsc::Sender<Received>;
@@ -20,17 +22,18 @@ type WatchStream = ((u64, bool), BoxStream<'static, Watched>);
 /// benchmark (`event-series run --no-watch-bookmarks`, hidden) turns them off.
 ///
 /// List pages are read as they stream, one object at a time ([`crate::input::list_body`]), and
-/// sized by `pages` ([`crate::input::paging`]) so that one response does not take long to arrive.
+/// sized by `pages` ([`crate::input::paging`]) so that one response does not take long to arrive;
+/// `pace` spaces them while the replica stands by ([`crate::input::pace`]).
 pub fn raw_events(
     api: Api<Event>,
     watch_timeout_secs: u32,
     bookmarks: bool,
-    pages: PageSize,
+    (pages, pace): (PageSize, Arc<Pace>),
 ) -> Steps {
     let (tx, rx) = tokio::sync::mpsc::channel::<Received>(1024);
     tokio::spawn(async move {
         // Err only when the consumer is gone, which ends the task.
-        let _ = drive(api, tx, watch_timeout_secs, bookmarks, pages).await;
+        let _ = drive(api, tx, watch_timeout_secs, bookmarks, (pages, pace)).await;
     });
     Steps { rx, received: None }
 }
@@ -101,7 +104,7 @@ async fn drive(
     tx: Sender,
     watch_timeout_secs: u32,
     bookmarks: bool,
-    mut pages: PageSize,
+    (mut pages, pace): (PageSize, Arc<Pace>),
 ) -> Result<(), Closed> {
     let selector = not_managed_selector();
     let mut watch = Watch::default();
@@ -129,7 +132,8 @@ async fn drive(
                 }
             }
             largest = 0;
-            page = Some((generation, list_body::page(&api, &lp.limit(pages.limit()))));
+            let (api, lp) = (api.clone(), lp.limit(pages.limit()));
+            page = Some((generation, pace.page(move || list_body::page(&api, &lp))));
         }
         if stream.is_none()
             && let Some(rv) = watch.watch_from()
