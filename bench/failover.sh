@@ -237,6 +237,14 @@ run_mode() {
     POLL_PID=$!
   fi
   ready_before=$(operator_ready && echo true || echo false)
+  # The hand-over measured must be the SIGKILL's: a leader deposed earlier (its renewals slowed past
+  # the renew deadline by the standby's start) is recorded, and the figures below are then not a
+  # failover's.
+  local a_alive b_led
+  a_alive=$(kill -0 "$A_PID" 2>/dev/null && echo true || echo false)
+  b_led=$([ "$(op_metric event_series_leader)" = 1 ] && echo true || echo false)
+  [ "$a_alive" = true ] && [ "$b_led" = false ] ||
+    log "$mode: WARNING: the leader changed before the kill (A alive: $a_alive, B leads: $b_led)"
   writes_before="$(series_writes)"
   recovered_before="$(grep -cF 'recovered; watching' "$b_log" || true)"
   sleep 30
@@ -296,6 +304,7 @@ run_mode() {
     --argjson before_gap "$before_gap" --argjson before_n "$before_n" \
     --argjson a_rss "$a_rss" --argjson b_rss "$b_rss" --argjson b_hwm "$b_hwm" \
     --argjson b_ready_s "$b_ready_s" --argjson ready_before "$ready_before" --argjson ready_after "$ready_after" \
+    --argjson a_alive "$a_alive" --argjson b_led "$b_led" \
     --argjson one "$one" --argjson two "$two" --argjson phases "$phases" --argjson alerts "$alerts" \
     '{machine_at_start: $at_start,
       after_sigkill_ms: {lease: $lease, rebuilt: $restored, first_write: $write,
@@ -305,6 +314,7 @@ run_mode() {
       rss_kib: {leader: $a_rss, standby: $b_rss, standby_peak_after_takeover: $b_hwm},
       standby_ready_after_start_s: $b_ready_s, standby_ready_before_kill: $ready_before,
       standby_ready_after_takeover: $ready_after,
+      leader_kept_until_kill: ($a_alive and ($b_led | not)),
       one_replica: $one, two_replicas: $two, restore_phases: $phases,
       alerts_resolved_then_fired: $alerts}' >"$CLUSTER_DIR/mode-$mode.json"
 }
