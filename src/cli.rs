@@ -259,8 +259,8 @@ pub struct RunArgs {
     /// meanwhile. Progress, not total time, is bounded.
     #[arg(long, default_value = "10m", value_parser = duration::parse_std)]
     pub restore_timeout: Duration,
-    /// The share of time a standby's lists may hold a request at the API server, so that its
-    /// start does not slow the leader's renewals (a pause of the page's time at 0.5; 1: none).
+    /// The share of time each of a standby's lists may hold a request at the API server, so that its
+    /// start does not slow the leader's renewals (0.5: pause as long as each answer took; 1: none).
     #[arg(long, default_value = "0.5", value_parser = pace::parse_share)]
     pub standby_list_share: f64,
     /// How long pending writes may take to flush on SIGTERM.

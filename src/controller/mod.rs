@@ -150,15 +150,14 @@ pub async fn run(
     });
     let (to_writer, mut writer) =
         WriterTask::start(&client, &config, &metrics, &health, fence.clone());
-    let leads = fence.clone();
-    let pace = Pace::new(config.standby_list_share, Arc::new(move || leading(&leads)));
+    let pace = standby::paces(&config, &fence);
     let mut steps = raw_events(
         scoped(&client, &config.namespace),
         config.watch_timeout_secs,
         config.watch_bookmarks,
         (
             PageSize::new(config.list_page_size, config.list_page_bytes),
-            Arc::clone(&pace),
+            pace(),
         ),
     );
     let restored = restore(
@@ -167,7 +166,7 @@ pub async fn run(
         (&metrics, &health),
         &mut steps,
         &to_writer,
-        pace,
+        pace(),
     );
     let (restart, held) = match until(restored, &mut shutdown).await {
         Ok(restored) => restored?,

@@ -219,15 +219,10 @@ async fn restore_own_series(
     health.restore_progress(Some(started));
     tracing::info!(namespaces = own.len(), "restoring own series objects");
     let mut tally = Tally::default();
-    // A standby lists one namespace at a time, and pauses between pages.
-    let lists = if bounds.pace.paused() {
-        1
-    } else {
-        RESTORE_LISTS
-    };
+    // A standby's pages go one at a time all the same ([`crate::input::pace`]).
     let mut parts = futures::stream::iter(own)
         .map(|api| Box::pin(own_objects(api, bounds, metrics)))
-        .flatten_unordered(lists);
+        .flatten_unordered(RESTORE_LISTS);
     loop {
         let asked = Instant::now();
         let Some(part) = parts.next().await else {
