@@ -21,6 +21,7 @@ from scale_figures import (
     saturation,
     series_figures,
 )
+from tables import VERDICT_NOISE, VERDICT_RESOLVED, bill_figures, scale_bill, spread_verdict
 
 T0 = 1_800_000_000.0  # a fixed wall-clock second
 FINISH_AFTER = 180
@@ -251,6 +252,65 @@ class Saturation(unittest.TestCase):
                 "status_429": 3,
             },
         )
+
+
+class Bill(unittest.TestCase):
+    def test_resolved_only_beyond_the_spread_of_the_runs_without(self):
+        v = spread_verdict([30.0, 32.0, 31.0], [36.0, 35.0])
+        self.assertEqual(v["verdict"], VERDICT_RESOLVED)
+        self.assertAlmostEqual(v["difference"], 4.5)
+        self.assertAlmostEqual(v["spread_without"], 2.0)
+        self.assertEqual(v["without"], {"runs": 3, "mean": 31.0, "min": 30.0, "max": 32.0})
+        # The same difference inside a wider spread without.
+        self.assertEqual(spread_verdict([27.0, 35.0, 31.0], [36.0, 35.0])["verdict"], VERDICT_NOISE)
+        # Equal to the spread is not beyond it; a fall counts as well as a rise.
+        self.assertEqual(spread_verdict([30.0, 32.0], [33.0, 33.0])["verdict"], VERDICT_NOISE)
+        self.assertEqual(spread_verdict([30.0, 32.0], [25.0, 26.0])["verdict"], VERDICT_RESOLVED)
+
+    def test_one_run_on_a_side_resolves_nothing(self):
+        self.assertEqual(spread_verdict([30.0], [40.0, 41.0])["verdict"], VERDICT_NOISE)
+        self.assertEqual(spread_verdict([30.0, 30.5], [40.0])["verdict"], VERDICT_NOISE)
+
+    def test_a_missing_figure_has_no_verdict(self):
+        self.assertIsNone(spread_verdict([None, None], [1.0]))
+        self.assertIsNone(spread_verdict([], []))
+        self.assertEqual(spread_verdict([1.0, None, 3.0], [5.0, 5.0])["without"]["runs"], 2)
+
+    def test_the_table_renders_new_and_old_bills(self):
+        run = lambda cpu, rss: {
+            "apiserver_cpu_percent": cpu,
+            "apiserver_rss_mib": rss,
+            "etcd_cpu_percent": 9.0,
+            "requests_total": 1000,
+            "etcd_writes": 500,
+            "watch_bytes_per_occurrence": 10.0,
+            "events_requests": {"POST core/events": 100, "PATCH core/events": 300},
+            "lease_requests": 50,
+        }
+        runs = {
+            "bill-without-1": run(30.0, 500.0),
+            "bill-with-1": run(36.0, 520.0),
+            "bill-without-2": run(32.0, 502.0),
+            "bill-with-2": run(35.0, 521.0),
+        }
+        text = scale_bill({"bill": {"runs": runs, "figures": bill_figures([], [])}})
+        self.assertIn(
+            "| API server CPU (% of one core) | 31.0 (30.0–32.0) | 35.5 (35.0–36.0) | +4.5 (+14.5 %) | **resolved** |",
+            text,
+        )
+        self.assertIn(
+            "| API requests | 1,000 (1,000–1,000) | 1,000 (1,000–1,000) | +0 (+0.0 %) | cannot be resolved", text
+        )
+        self.assertIn("| occurrences (raw Event writes through core/v1) | 400 (400–400) | 400 (400–400) |", text)
+        # A bill of before the pairs: without-1, with, without-2 and a ratio beside them.
+        old = {"bill-without-1": runs["bill-without-1"], "bill-with": runs["bill-with-1"]}
+        old["bill-without-2"] = {k: v for k, v in runs["bill-without-2"].items() if k != "apiserver_rss_mib"}
+        old["apiserver_cpu_with_over_without"] = 1.16
+        text = scale_bill({"bill": old})
+        self.assertIn("with: mean (min–max) of 1 run |", text)
+        self.assertIn("(2 runs without, 1 run with)", text)
+        # RSS of one run without only: a figure, and no verdict.
+        self.assertIn("| API server RSS, mean over the window (MiB) | 500.0 | 520.0 | +20.0 (+4.0 %) | cannot", text)
 
 
 if __name__ == "__main__":
