@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `just bench-all`: every benchmark, one after another (about seven hours on 2 cores), then the
-# tables of docs/ generated from the newest result files.
+# `just bench-all`: every benchmark, one after another (about nine and a half hours on 2 cores), then
+# the tables of docs/ generated from the newest result files.
 #
 # RESUME=1 skips each benchmark whose newest result file is current: measured on HEAD's operator
 # code (src/, core/, the dependencies) and HEAD's version of its own script (`python3 bench/tables.py

@@ -21,6 +21,26 @@ def group_of(ref, reason, controller):
     return f"{kind}/{name} {field} {reason} {controller or '-'}"
 
 
+def raw_key(e):
+    """(namespace, key) of a raw core/v1 Event as listed through the core API."""
+    return (
+        e["metadata"]["namespace"],
+        group_of(
+            e.get("involvedObject") or {},
+            e.get("reason") or "",
+            e.get("reportingComponent") or (e.get("source") or {}).get("component") or "",
+        ),
+    )
+
+
+def series_key(e):
+    """(namespace, key) of a series object (events.k8s.io/v1), comparable with raw_key."""
+    return (
+        e["metadata"]["namespace"],
+        group_of(e.get("regarding") or {}, e.get("reason") or "", e.get("reportingController") or ""),
+    )
+
+
 def verdict_of(g):
     if g["series"] == g["raw"]:
         return "exact"
@@ -58,14 +78,7 @@ def tally(raw, series, window=None):
         lambda: {"raw": 0, "raw_objects": 0, "series": 0, "series_objects": 0, "states": [], "spans": [], "names": []}
     )
     for e in raw:
-        g = groups[
-            e["metadata"]["namespace"],
-            group_of(
-                e.get("involvedObject") or {},
-                e.get("reason") or "",
-                e.get("reportingComponent") or (e.get("source") or {}).get("component") or "",
-            ),
-        ]
+        g = groups[raw_key(e)]
         g["raw"] += occurrences(e)
         g["raw_objects"] += 1
         g["names"].append(e["metadata"]["name"])
@@ -73,10 +86,7 @@ def tally(raw, series, window=None):
         if first and last:
             g["spans"].append((seconds(first), seconds(last), occurrences(e)))
     for e in series:
-        g = groups[
-            e["metadata"]["namespace"],
-            group_of(e.get("regarding") or {}, e.get("reason") or "", e.get("reportingController") or ""),
-        ]
+        g = groups[series_key(e)]
         g["series"] += (e.get("series") or {}).get("count", 1)
         g["series_objects"] += 1
         g["states"].append(e["metadata"].get("labels", {}).get("eventseries.dev/state"))

@@ -11,16 +11,18 @@ Load, all from real emitters, spread over NAMESPACES:
     written by its events.k8s.io recorder);
   - one ReplicaSet per namespace that its ResourceQuota refuses (the controller-manager's FailedCreate).
 For LOAD_MINUTES the processes are sampled every SAMPLE_SECONDS (CPU, RSS); then the looping and
-unschedulable Pods and the ReplicaSets go. With the operator, the run waits until no series is Ongoing and
-then checks every key: the sum of its raw objects' counts against its series' counts (bench/keys.py).
+unschedulable Pods and the ReplicaSets go. The figures are over WINDOW_MINUTES from the start of the load
+(default LOAD_MINUTES: the load alone; the bill's runs take longer, so that the loops' finishes fall
+inside). With the operator, the run then waits until no series is Ongoing and checks every key: the sum
+of its raw objects' counts against its series' counts (bench/keys.py), and from the apiserver's audit
+log the end-to-end latencies and finish lateness (bench/scale_figures.py).
 
-The apiserver's metrics are read before and after the load window: requests per verb and resource, the
-bytes it sent on watches of Events; etcd's puts. The operator's write-latency histogram gives p50/p99
-per kind.
+The apiserver's metrics are read before and after the window: requests per verb and resource, the bytes
+it sent on watches of Events, APF rejections and 429s; etcd's puts and deletes; /proc/stat for the
+machine's idle and steal time. The operator's write-latency histogram gives p50/p99 per kind.
 """
 
 import contextlib
-import datetime
 import glob
 import json
 import os
@@ -32,14 +34,25 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
 from keys import explain_by_writes, tally, verdict_of  # bench/, this file's folder, is on sys.path when it runs
+from scale_figures import (
+    audit_writes,
+    increase,
+    lateness_by_timestamps,
+    machine_cpu,
+    proc_stat_cpu,
+    saturation,
+    series_figures,
+)
 
 LOOP_SHARE = float(os.environ.get("LOOP_SHARE", "0.2"))
 UNSCHEDULABLE_SHARE = float(os.environ.get("UNSCHEDULABLE_SHARE", "0.02"))
 LOAD_MINUTES = float(os.environ.get("LOAD_MINUTES", "4"))
+WINDOW_MINUTES = max(LOAD_MINUTES, float(os.environ.get("WINDOW_MINUTES") or LOAD_MINUTES))
 SAMPLE_SECONDS = 15
 DRAIN_LIMIT = 15 * 60
-# The runs' policy (bench/scale.sh): seriesWindow 3m, in seconds.
-WINDOW = 180
+# The runs' policy (bench/scale.sh writes it and passes its times), in seconds.
+WINDOW = int(os.environ.get("SERIES_WINDOW_S", "180"))
+FINISH_AFTER = int(os.environ.get("FINISH_AFTER_S", "180"))
 PODS_PER_NODE = 200
 STOP = "bench.eventseries.dev/stop"
 CLK = os.sysconf("SC_CLK_TCK")
@@ -117,11 +130,42 @@ def apiserver_metrics():
 
 
 def etcd_metrics():
-    return metrics(urllib.request.urlopen(os.environ["ETCD_URL"] + "/metrics", timeout=20).read().decode())
+    """etcd's own counters; {} when it does not answer (the writes then come from the apiserver's)."""
+    try:
+        return metrics(urllib.request.urlopen(os.environ["ETCD_URL"] + "/metrics", timeout=20).read().decode())
+    except OSError as e:
+        log(f"etcd /metrics: {e}")
+        return {}
+
+
+def etcd_writes(etcd0, etcd1, api0, api1):
+    """Writes to etcd in a window: its own puts and deletes (etcd_mvcc_*), or, when etcd's metrics
+    did not answer, the apiserver's count of its create, update and delete requests to etcd."""
+    if etcd0 and etcd1:
+        return {
+            "source": "etcd",
+            "writes": increase(etcd0, etcd1, "etcd_mvcc_put_total") + increase(etcd0, etcd1, "etcd_mvcc_delete_total"),
+        }
+    return {
+        "source": "apiserver etcd_requests_total",
+        "writes": sum(
+            increase(api0, api1, "etcd_requests_total", operation=op) for op in ("create", "update", "delete")
+        ),
+    }
+
+
+def machine():
+    with open("/proc/stat") as f:
+        return proc_stat_cpu(f.read())
 
 
 def operator_metrics():
     return metrics(urllib.request.urlopen(os.environ["OP_URL"] + "/metrics", timeout=20).read().decode())
+
+
+def mean_of(values):
+    values = [v for v in values if v is not None]
+    return round(sum(values) / len(values)) if values else None
 
 
 def requests_by(before, after):
@@ -158,61 +202,27 @@ def quantile(m, kind, q):
     return None
 
 
-def finish_lateness(series, finish_after=180):
-    """Exact finish lateness per series: the time of its last write in the apiserver's audit log
-    (the Finished write) minus (lastObservedTime + finishAfter). p50, p99, max over every series."""
-    last = {}
-    for path in glob.glob(os.path.join(os.environ["CLUSTER_DIR"], "audit*.log")):
-        with open(path) as audit:
-            for line in audit:
-                e = json.loads(line)
-                ref = e.get("objectRef") or {}
-                if (
-                    e.get("stage") != "ResponseComplete"
-                    or ref.get("apiGroup") != "events.k8s.io"
-                    or (e.get("responseStatus") or {}).get("code", 500) >= 300
-                ):
-                    continue
-                at = parse_time(e["stageTimestamp"])
-                name = (ref.get("namespace"), ref.get("name"))
-                last[name] = max(last.get(name, at), at)
-    late = sorted(
-        last[(e["metadata"]["namespace"], e["metadata"]["name"])]
-        - parse_time((e.get("series") or {}).get("lastObservedTime") or e["eventTime"])
-        - finish_after
-        for e in series
-        if (e["metadata"]["namespace"], e["metadata"]["name"]) in last
-    )
-    if not late:
-        return None
-    return {
-        "series": len(late),
-        "p50": round(late[len(late) // 2], 2),
-        "p99": round(late[min(len(late) - 1, int(len(late) * 0.99))], 2),
-        "max": round(late[-1], 2),
-    }
+def audit_log():
+    """Every successful write of an Event in the apiserver's audit log (rotated files included), read
+    line by line: at 20,000 Pods the log holds hundreds of MB."""
+
+    def lines():
+        for path in sorted(glob.glob(os.path.join(os.environ["CLUSTER_DIR"], "audit*.log"))):
+            with open(path) as audit:
+                yield from audit
+
+    return audit_writes(lines())
 
 
-def emitter_writes():
-    """(namespace, Event name) -> times of every create and patch of a core/v1 Event by anyone but the
-    operator, from the apiserver's audit log (bench/scale.sh turns on AUDIT_CORE_EVENTS for the steps;
-    empty without it)."""
-    writes = defaultdict(list)
-    for path in glob.glob(os.path.join(os.environ["CLUSTER_DIR"], "audit*.log")):
-        with open(path) as audit:
-            for line in audit:
-                e = json.loads(line)
-                ref = e.get("objectRef") or {}
-                if e.get("stage") != "ResponseComplete" or ref.get("resource") != "events" or ref.get("apiGroup"):
-                    continue
-                if e.get("verb") not in ("create", "patch") or (e.get("responseStatus") or {}).get("code", 500) >= 300:
-                    continue
-                writes[(ref.get("namespace"), ref.get("name"))].append(parse_time(e["stageTimestamp"]))
-    return writes
-
-
-def parse_time(s):
-    return datetime.datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+def emitter_writes(writes):
+    """(namespace, Event name) -> times of every create and patch of a raw object through core/v1
+    (bench/scale.sh turns on AUDIT_CORE_EVENTS for the steps; empty without it): the legacy
+    recorders write once per occurrence, which bench/keys.py's explain_by_writes relies on."""
+    out = defaultdict(list)
+    for t, verb, group, obj in writes:
+        if verb in ("create", "patch") and group == "":
+            out[obj].append(t)
+    return out
 
 
 def workload(pods, namespaces):
@@ -285,6 +295,8 @@ class Run:
         if with_operator:
             self.procs["operator"] = int(os.environ["OP_PID"])
         self.samples = []
+        # The apiserver's /metrics and /proc/stat at the window's end, where the drain starts.
+        self.after_window = ({}, None)
 
     def cpu(self):
         return {name: cpu_seconds(pid) for name, pid in self.procs.items() if pid}
@@ -346,12 +358,13 @@ class Run:
             time.sleep(10)
         return None
 
-    def check(self):
+    def check(self, load_stopped_at):
         raw = listed("events", "-A", "-l", "!app.kubernetes.io/managed-by")
         series = listed("events.v1.events.k8s.io", "-A", "-l", "app.kubernetes.io/managed-by=event-series")
         verdicts, differs, explained = defaultdict(int), [], []
         groups = tally(raw, series, window=WINDOW)
-        writes = emitter_writes()
+        audit = audit_log()
+        writes = emitter_writes(audit)
         explain_by_writes(groups, writes, WINDOW)
         by_name = {(e["metadata"]["namespace"], e["metadata"]["name"]): e for e in raw}
         for key, g in groups.items():
@@ -392,7 +405,9 @@ class Run:
             "differs": differs[:200],
             "explained": explained[:50],
             "raw_objects": len(raw),
-            "finish_lateness_s": finish_lateness(series),
+            "finish_lateness_s": lateness_by_timestamps(series, audit, FINISH_AFTER),
+            # Without AUDIT_CORE_EVENTS (the bill's runs) only the scheduler's keys have writes here.
+            "end_to_end": series_figures(raw, series, audit, FINISH_AFTER, load_stopped_at),
             "raw_occurrences": sum(g["raw"] for g in groups.values()),
             "series_objects": len(series),
             "occurrences_in_series": sum(g["series"] for g in groups.values()),
@@ -401,6 +416,102 @@ class Run:
             ),
         }
 
+    def window(self):
+        """The load for LOAD_MINUTES, sampled, and the figures over WINDOW_MINUTES from its start; the
+        load stopped inside the window when it is longer. Returns (figures, when the load stopped)."""
+        api0, etcd0, cpu0, t0 = apiserver_metrics(), etcd_metrics(), self.cpu(), time.monotonic()
+        stat0, op0 = machine(), operator_metrics() if self.with_operator else {}
+        started_at = time.time()
+        while time.monotonic() - t0 < LOAD_MINUTES * 60:
+            time.sleep(SAMPLE_SECONDS)
+            self.sample(t0, cpu0)
+        stopped_at = None
+        if WINDOW_MINUTES > LOAD_MINUTES:
+            stopped_at = time.time()
+            self.stop_load()
+            while time.monotonic() - t0 < WINDOW_MINUTES * 60:
+                time.sleep(SAMPLE_SECONDS)
+                self.sample(t0, cpu0)
+        api1, etcd1, cpu1, stat1 = apiserver_metrics(), etcd_metrics(), self.cpu(), machine()
+        window = time.monotonic() - t0
+        core_event_writes = sum(
+            v
+            for key, v in requests_by(api0, api1).items()
+            if key.endswith(" core/events") and key.split()[0] in ("POST", "PATCH", "PUT")
+        )
+        watch_bytes = lambda group: increase(
+            api0, api1, "apiserver_watch_events_sizes_sum", group=group, resource="events"
+        )
+        out = {
+            "window_started_at": round(started_at, 3),
+            "window_s": round(window),
+            "cpu_percent": {n: round(100 * (cpu1[n] - cpu0[n]) / window, 1) for n in cpu1},
+            "apiserver_rss_kib_mean": mean_of(row["rss_kib"].get("apiserver") for row in self.samples),
+            "requests": requests_by(api0, api1),
+            "core_event_writes": round(core_event_writes),
+            "core_event_writes_per_s": round(core_event_writes / window, 1),
+            "watch_bytes_core_events": watch_bytes(""),
+            "watch_bytes_events_k8s_io": watch_bytes("events.k8s.io"),
+            # None when etcd's /metrics did not answer at either end of the window.
+            "etcd_puts": increase(etcd0, etcd1, "etcd_mvcc_put_total") if etcd0 and etcd1 else None,
+            "etcd_deletes": increase(etcd0, etcd1, "etcd_mvcc_delete_total") if etcd0 and etcd1 else None,
+            "etcd_txns": increase(etcd0, etcd1, "etcd_mvcc_txn_total") if etcd0 and etcd1 else None,
+            "etcd_writes": etcd_writes(etcd0, etcd1, api0, api1),
+            "machine_cpu": machine_cpu(stat0, stat1),
+            "saturation": saturation(api0, api1),
+            "samples": self.samples,
+        }
+        if self.with_operator:
+            # Whether the window held what the bill is meant to: the series' finishes and refreshes.
+            op1 = operator_metrics()
+            out["operator_in_window"] = {
+                **{
+                    name: increase(op0, op1, "event_series_" + name)
+                    for name in ("series_started_total", "series_finished_total", "occurrences_total")
+                },
+                "writes": {
+                    kind: increase(op0, op1, "event_series_write_latency_seconds_count", kind=kind)
+                    for kind in ("create", "refresh", "heartbeat", "finish")
+                },
+            }
+        if stopped_at is None:
+            stopped_at = time.time()
+            self.stop_load()
+        self.after_window = (api1, stat1)
+        return out, stopped_at
+
+    def after_drain(self, stopped_at):
+        """With the operator: the drain, then the operator's figures and every key checked."""
+        out = {"drain_s": self.drain()}
+        # The drain is the quiet part of a step: what the machine and the API server had left.
+        api1, stat1 = self.after_window
+        api2, stat2 = apiserver_metrics(), machine()
+        out["drain"] = {"machine_cpu": machine_cpu(stat1, stat2), "saturation": saturation(api1, api2)}
+        m = operator_metrics()
+        out["operator_peak_rss_kib"] = status_kib(self.procs["operator"], "VmHWM")
+        out["operator_rss_kib_end"] = status_kib(self.procs["operator"], "VmRSS")
+        out["latency_s"] = {
+            kind: {
+                "p50": quantile(m, kind, 0.5),
+                "p99": quantile(m, kind, 0.99),
+                "count": m.get(f'event_series_write_latency_seconds_count{{kind="{kind}"}}'),
+            }
+            for kind in ("create", "heartbeat", "refresh", "finish")
+        }
+        out["operator"] = {
+            name: m.get(name)
+            for name in (
+                "event_series_occurrences_total",
+                "event_series_series_started_total",
+                "event_series_series_finished_total",
+                "event_series_watch_restarts_total",
+                "event_series_watch_relists_total",
+            )
+        }
+        out["operator_writes"] = {n: v for n, v in m.items() if n.startswith("event_series_api_requests_total")}
+        out["counts"] = self.check(stopped_at)
+        return out
+
     def run(self):
         result = {
             "label": self.label,
@@ -408,74 +519,26 @@ class Run:
             "namespaces": self.namespaces,
             "operator": self.with_operator,
             "load_minutes": LOAD_MINUTES,
+            "window_minutes": WINDOW_MINUTES,
+            "finish_after_s": FINISH_AFTER,
             "loop_share": LOOP_SHARE,
             "unschedulable_share": UNSCHEDULABLE_SHARE,
         }
         result.update(self.setup())
-        api0, etcd0, cpu0, t0 = apiserver_metrics(), etcd_metrics(), self.cpu(), time.monotonic()
-        while time.monotonic() - t0 < LOAD_MINUTES * 60:
-            time.sleep(SAMPLE_SECONDS)
-            self.sample(t0, cpu0)
-        api1, etcd1, cpu1 = apiserver_metrics(), etcd_metrics(), self.cpu()
-        window = time.monotonic() - t0
-        core_event_writes = sum(
-            v
-            for key, v in requests_by(api0, api1).items()
-            if key.endswith(" core/events") and key.split()[0] in ("POST", "PATCH", "PUT")
-        )
-        watch_bytes = sum(
-            v - api0.get(n, 0)
-            for n, v in api1.items()
-            if n.startswith("apiserver_watch_events_sizes_sum{") and 'resource="events"' in n and 'group=""' in n
-        )
-        result.update(
-            {
-                "window_s": round(window),
-                "cpu_percent": {n: round(100 * (cpu1[n] - cpu0[n]) / window, 1) for n in cpu1},
-                "requests": requests_by(api0, api1),
-                "core_event_writes_per_s": round(core_event_writes / window, 1),
-                "watch_bytes_core_events": round(watch_bytes),
-                "etcd_puts": round(
-                    sum(v - etcd0.get(n, 0) for n, v in etcd1.items() if n.startswith("etcd_mvcc_put_total"))
-                ),
-                "etcd_txns": round(
-                    sum(v - etcd0.get(n, 0) for n, v in etcd1.items() if n.startswith("etcd_mvcc_txn_total"))
-                ),
-                "samples": self.samples,
-            }
-        )
-        self.stop_load()
+        figures, stopped_at = self.window()
+        result.update(figures)
+        result["load_stopped_at"] = round(stopped_at, 3)
         if self.with_operator:
-            result["drain_s"] = self.drain()
-            m = operator_metrics()
-            result["operator_peak_rss_kib"] = status_kib(self.procs["operator"], "VmHWM")
-            result["operator_rss_kib_end"] = status_kib(self.procs["operator"], "VmRSS")
-            result["latency_s"] = {
-                kind: {
-                    "p50": quantile(m, kind, 0.5),
-                    "p99": quantile(m, kind, 0.99),
-                    "count": m.get(f'event_series_write_latency_seconds_count{{kind="{kind}"}}'),
-                }
-                for kind in ("create", "heartbeat", "refresh", "finish")
-            }
-            result["operator"] = {
-                name: m.get(name)
-                for name in (
-                    "event_series_occurrences_total",
-                    "event_series_series_started_total",
-                    "event_series_series_finished_total",
-                    "event_series_watch_restarts_total",
-                    "event_series_watch_relists_total",
-                )
-            }
-            result["operator_writes"] = {n: v for n, v in m.items() if n.startswith("event_series_api_requests_total")}
-            result["counts"] = self.check()
+            result.update(self.after_drain(stopped_at))
         with open(self.out, "w") as f:
             json.dump(result, f, indent=1)
         log(
             "done: "
             + json.dumps(
-                {key: result.get(key) for key in ("cpu_percent", "core_event_writes_per_s", "latency_s", "counts")}
+                {
+                    key: result.get(key)
+                    for key in ("cpu_percent", "core_event_writes_per_s", "machine_cpu", "latency_s", "counts")
+                }
             )[:1500]
         )
 

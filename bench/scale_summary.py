@@ -4,7 +4,10 @@ runs' files, and the figures on stdout. `python3 bench/scale_summary.py DIR` rec
 
 import json
 import os
+import re
 import sys
+
+from tables import bill_figures  # bench/, this file's folder, is on sys.path when it runs
 
 
 def load(path):
@@ -27,6 +30,11 @@ def step_row(r):
         "heartbeat_p99_s": (lat.get("heartbeat") or {}).get("p99"),
         "finish_p99_s_histogram": (lat.get("finish") or {}).get("p99"),
         "finish_lateness_s": counts.get("finish_lateness_s"),
+        # From the audit log: the emitters' writes against the series objects' (bench/scale_figures.py).
+        "end_to_end": counts.get("end_to_end"),
+        "machine_cpu": r.get("machine_cpu"),
+        "saturation": r.get("saturation"),
+        "drain": r.get("drain"),
         "operator_cpu_percent": cpu.get("operator"),
         "apiserver_cpu_percent": cpu.get("apiserver"),
         "operator_cpu_share_of_apiserver": round(cpu["operator"] / cpu["apiserver"], 3)
@@ -44,31 +52,53 @@ def step_row(r):
     }
 
 
+def bill_row(r):
+    """One bill run's figures: the API server's CPU and memory, requests, etcd writes, watch bytes."""
+    reqs = r["requests"]
+    watch = r["watch_bytes_core_events"] + (r.get("watch_bytes_events_k8s_io") or 0)
+    occurrences = r.get("core_event_writes")
+    return {
+        "apiserver_cpu_percent": r["cpu_percent"].get("apiserver"),
+        "apiserver_rss_mib": round(r["apiserver_rss_kib_mean"] / 1024, 1) if r.get("apiserver_rss_kib_mean") else None,
+        "etcd_cpu_percent": r["cpu_percent"].get("etcd"),
+        "etcd_puts": r["etcd_puts"],
+        "etcd_txns": r["etcd_txns"],
+        "etcd_writes": (r.get("etcd_writes") or {}).get("writes"),
+        "etcd_writes_source": (r.get("etcd_writes") or {}).get("source"),
+        "window_s": r["window_s"],
+        "requests_total": sum(reqs.values()),
+        "events_requests": {key: v for key, v in reqs.items() if key.endswith("/events")},
+        "lease_requests": sum(v for key, v in reqs.items() if key.endswith("coordination.k8s.io/leases")),
+        "watch_bytes_core_events": r["watch_bytes_core_events"],
+        "watch_bytes_events_k8s_io": r.get("watch_bytes_events_k8s_io"),
+        # An occurrence is a write of a raw Event through core/v1 (kwok's and the controller-manager's
+        # recorders write once per occurrence), the same load with and without the operator.
+        "occurrences": occurrences,
+        "watch_bytes_per_occurrence": round(watch / occurrences, 1)
+        if occurrences and r.get("watch_bytes_events_k8s_io") is not None
+        else None,
+        "operator_in_window": r.get("operator_in_window"),
+        "machine_cpu": r.get("machine_cpu"),
+        "saturation": r.get("saturation"),
+    }
+
+
+def run_order(label):
+    """Bill runs in the order they ran: pair by pair, the run without first."""
+    m = re.search(r"-(\d+)$", label)
+    return (int(m.group(1)) if m else 0, 0 if label.startswith("bill-without") else 1)
+
+
 def bill(runs):
-    """The API server's figures without, with, without the operator, side by side."""
-    out = {}
-    for label in ("bill-without-1", "bill-with", "bill-without-2"):
-        r = runs.get(label)
-        if not r:
-            continue
-        reqs = r["requests"]
-        out[label] = {
-            "apiserver_cpu_percent": r["cpu_percent"].get("apiserver"),
-            "etcd_cpu_percent": r["cpu_percent"].get("etcd"),
-            "etcd_puts": r["etcd_puts"],
-            "etcd_txns": r["etcd_txns"],
-            "window_s": r["window_s"],
-            "requests_total": sum(reqs.values()),
-            "events_requests": {key: v for key, v in reqs.items() if key.endswith("/events")},
-            "lease_requests": sum(v for key, v in reqs.items() if key.endswith("coordination.k8s.io/leases")),
-            "watch_bytes_core_events": r["watch_bytes_core_events"],
-        }
-    w = out.get("bill-with")
-    base = [out[x]["apiserver_cpu_percent"] for x in ("bill-without-1", "bill-without-2") if x in out]
-    if w and base:
-        mean = sum(base) / len(base)
-        out["apiserver_cpu_with_over_without"] = round(w["apiserver_cpu_percent"] / mean, 3) if mean else None
-    return out
+    """The API server's bill: each run's figures, and per figure the runs without the operator beside
+    those with it (mean, min-max, difference, verdict; bench/tables.py's bill_figures)."""
+    labels = sorted((x for x in runs if x.startswith("bill-")), key=run_order)
+    rows = {label: bill_row(runs[label]) for label in labels}
+    without = [rows[x] for x in labels if x.startswith("bill-without")]
+    with_ = [rows[x] for x in labels if not x.startswith("bill-without")]
+    if not rows:
+        return {}
+    return {"runs": rows, "figures": bill_figures(without, with_)}
 
 
 def main():

@@ -71,11 +71,22 @@ def source(d, path, kind=None):
     )
 
 
+def percent_pair(a, b):
+    return f"{n(a, 1)} / {n(b, 1)}" if a is not None and b is not None else "-"
+
+
+def machine_idle(c):
+    """The machine's idle / steal CPU (% of all its CPUs) of a window, '-' for a run before it."""
+    return percent_pair(c.get("idle_percent"), c.get("steal_percent")) if c else "-"
+
+
 def scale_steps(d):
     rows = []
     for s in d["steps"]:
         keys = s.get("keys") or {}
         fl = s.get("finish_lateness_s") or {}
+        sat = s.get("saturation")
+        drain = s.get("drain") or {}
         rows.append(
             [
                 "{} pods / {} ns / {} nodes".format(n(s["pods"]), n(s["namespaces"]), n(s["nodes"])),
@@ -85,6 +96,10 @@ def scale_steps(d):
                 "{} % / {} %".format(n(s["operator_cpu_percent"], 1), n(s["apiserver_cpu_percent"], 1)),
                 n(s["operator_peak_rss_mib"], 1),
                 n(s["watch_bytes_per_s"]),
+                "{} (drain {})".format(machine_idle(s.get("machine_cpu")), machine_idle(drain.get("machine_cpu")))
+                if s.get("machine_cpu")
+                else "-",
+                "{} / {}".format(n(sat["apf_rejected"]), n(sat["status_429"])) if sat else "-",
                 "{} exact{}, {} single, {} off".format(
                     n(keys.get("exact", 0) + keys.get("exact, lone by design", 0)),
                     " ({} of them beside occurrences alone by design)".format(n(keys["exact, lone by design"]))
@@ -100,11 +115,13 @@ def scale_steps(d):
         [
             "step",
             "core Event writes/s at the API server",
-            "create p50 / p99 (s)",
-            "finish lateness p99 / max (s)",
+            "create p50 / p99 (s), operator's histogram",
+            "finish lateness by the events' timestamps, p99 / max (s)",
             "CPU operator / apiserver",
             "operator peak RSS (MiB)",
             "watch bytes/s to the operator",
+            "machine idle / steal, % of all CPUs",
+            "APF rejections / 429s",
             "keys",
             "occurrences in series / raw",
         ],
@@ -112,26 +129,248 @@ def scale_steps(d):
     )
 
 
+def spread(p, digits, keys=("p50", "p99")):
+    """'p50 / p99 (count)' of a percentiles record (bench/scale_figures.py), '-' for none."""
+    if not p:
+        return "-"
+    return "{} ({})".format(" / ".join(n(float(p[k]), digits) for k in keys), n(p["count"]))
+
+
+def scale_latency(d):
+    """End to end, from the API server's audit log: an emitter's write to the series write that shows
+    it, per kind, and the finish lateness under load and in the quiet drain (bench/scale_figures.py)."""
+    rows = []
+    for s in d["steps"]:
+        e = s.get("end_to_end") or {}
+        late = e.get("finish_lateness_s") or {}
+        refresh = spread(e.get("refresh_s"), 1)
+        if e.get("refresh_s") and e.get("occurrences_shown_only_by_the_finish") is not None:
+            refresh += "; {} shown only by the finish".format(n(e["occurrences_shown_only_by_the_finish"]))
+        rows.append(
+            [
+                "{} pods / {} ns".format(n(s["pods"]), n(s["namespaces"])),
+                spread(e.get("create_s"), 3),
+                refresh,
+                spread(late.get("loaded"), 1, ("p50", "p99", "max")),
+                spread(late.get("quiet"), 1, ("p50", "p99", "max")),
+            ]
+        )
+    return table(
+        [
+            "step",
+            "create: second occurrence's write to the create, p50 / p99 (s) (series)",
+            "refresh: an occurrence's write to the next write of its series, p50 / p99 (s) (occurrences)",
+            "finish lateness under load, p50 / p99 / max (s) (series)",
+            "finish lateness in the quiet drain, p50 / p99 / max (s) (series)",
+        ],
+        rows,
+    )
+
+
+def met(v, limit, unit=" s"):
+    return "{}{}: {}".format(n(v, 2 if v < 1 else 1), unit, "met" if v <= limit else "**missed**")
+
+
+def scale_targets(d):
+    """The scale targets, one column per step: met or missed, by the figures of `scale_steps` and
+    `scale_latency` (a figure a run did not measure shows '-')."""
+
+    def create(s):
+        p = ((s.get("end_to_end") or {}).get("create_s") or {}).get("p99")
+        return "{} (the operator's histogram: {} s)".format(
+            "-" if p is None else met(p, 2), n(s.get("create_p99_s"), 2)
+        )
+
+    def lateness(s):
+        late = (s.get("end_to_end") or {}).get("finish_lateness_s") or {}
+        p99 = [(late.get(k) or {}).get("p99") for k in ("loaded", "quiet")]
+        shown = " / ".join("-" if p is None else n(p, 1) + " s" for p in p99)
+        measured = [p for p in p99 if p is not None]
+        verdict = (": met" if max(measured) <= 5 else ": **missed**") if measured else ""
+        old = (s.get("finish_lateness_s") or {}).get("p99")
+        return "{}{} (by the events' timestamps: {} s; the operator's histogram: {} s)".format(
+            shown, verdict, n(old, 1), n(s.get("finish_p99_s_histogram"), 1)
+        )
+
+    def cpu(s):
+        share = s.get("operator_cpu_share_of_apiserver")
+        if share is None:
+            return "-"
+        return "{} / {} = {}".format(
+            n(s["operator_cpu_percent"], 1), n(s["apiserver_cpu_percent"], 1), met(100 * share, 5, " %")
+        )
+
+    def counts(s):
+        keys = s.get("keys") or {}
+        series_keys = keys.get("exact", 0) + keys.get("exact, lone by design", 0) + keys.get("differs", 0)
+        if keys.get("differs"):
+            return "**{} of {} keys off**".format(n(keys["differs"]), n(series_keys))
+        lone = keys.get("exact, lone by design")
+        return "every key ({}{})".format(
+            n(series_keys), f"; {n(lone)} beside occurrences alone by design" if lone else ""
+        )
+
+    steps = d["steps"]
+    return table(
+        ["target", *["{} Pods".format(n(s["pods"])) for s in steps]],
+        [
+            ["create p99 ≤ 2 s after the second occurrence's write", *[create(s) for s in steps]],
+            [
+                "finish lateness p99 ≤ 5 s beyond `finishAfter` after the last occurrence's write: under load / quiet",
+                *[lateness(s) for s in steps],
+            ],
+            ["operator CPU ≤ 5 % of the API server's", *[cpu(s) for s in steps]],
+            ["counts exact", *[counts(s) for s in steps]],
+        ],
+    )
+
+
+# The bill's figures: (key of a bill run's row, what the table calls it, decimals).
+BILL_FIGURES = [
+    ("apiserver_cpu_percent", "API server CPU (% of one core)", 1),
+    ("apiserver_rss_mib", "API server RSS, mean over the window (MiB)", 1),
+    ("etcd_cpu_percent", "etcd CPU (% of one core)", 1),
+    ("requests_total", "API requests", 0),
+    ("etcd_writes", "etcd writes (its puts + deletes)", 0),
+    ("watch_bytes_per_occurrence", "bytes sent on watches of Events, per occurrence", 1),
+]
+VERDICT_RESOLVED = "resolved"
+VERDICT_NOISE = "cannot be resolved on this machine"
+
+
+def summary_of(values):
+    return {"runs": len(values), "mean": sum(values) / len(values), "min": min(values), "max": max(values)}
+
+
+def spread_verdict(without, with_):
+    """The runs with the operator against those without: the difference of the means, and whether
+    this machine can tell it from noise. "resolved" only when the difference exceeds the spread
+    (max - min) of the runs without, and each side has two runs at least: one run without has no
+    spread, and one run with could be the noisy one. None when a side has no figure (a run before
+    the figure was recorded)."""
+    without = [v for v in without if v is not None]
+    with_ = [v for v in with_ if v is not None]
+    if not without or not with_:
+        return None
+    a, b = summary_of(without), summary_of(with_)
+    diff = b["mean"] - a["mean"]
+    spread = a["max"] - a["min"]
+    return {
+        "without": a,
+        "with": b,
+        "difference": diff,
+        "difference_percent": 100 * diff / a["mean"] if a["mean"] else None,
+        "spread_without": spread,
+        "verdict": VERDICT_RESOLVED if min(len(without), len(with_)) >= 2 and abs(diff) > spread else VERDICT_NOISE,
+    }
+
+
+def bill_figures(without, with_):
+    """spread_verdict of every bill figure, from the rows of the runs without and with the operator."""
+    return {
+        key: spread_verdict([r.get(key) for r in without], [r.get(key) for r in with_])
+        for key, _name, _digits in BILL_FIGURES
+    }
+
+
+def bill_sides(b):
+    """(rows without, rows with) of a summary's bill: {"runs": {label: row}} since the bill alternates
+    pairs, {label: row} beside a ratio before (bill-without-1, bill-with, bill-without-2)."""
+    runs = b.get("runs", b)
+    rows = [(label, r) for label, r in runs.items() if isinstance(r, dict) and label.startswith("bill-")]
+    return (
+        [r for label, r in rows if label.startswith("bill-without")],
+        [r for label, r in rows if not label.startswith("bill-without")],
+    )
+
+
+def core_writes(r):
+    """Writes of raw Events through core/v1 in a bill run: the emitters', once per occurrence."""
+    return sum(v for k, v in r["events_requests"].items() if k.split()[0] in ("POST", "PATCH", "PUT") and " core/" in k)
+
+
+def verbs(rows):
+    """The mean requests on Events per verb and group, and on Leases, of bill runs."""
+    total = {}
+    for r in rows:
+        for k, v in list(r["events_requests"].items()) + [("Leases", r["lease_requests"])]:
+            total[k] = total.get(k, 0) + v
+    short = lambda k: k.replace("events.k8s.io/events", "events.k8s.io").replace("core/events", "core")
+    return ", ".join(f"{short(k)} {n(v / len(rows))}" for k, v in total.items()) if rows else "-"
+
+
+def runs(k):
+    return "1 run" if k == 1 else f"{n(k)} runs"
+
+
 def scale_bill(d):
-    b = d["bill"]
-    runs = [x for x in ("bill-without-1", "bill-with", "bill-without-2") if x in b]
-    pick = [
-        ("API server CPU", lambda r: "{} %".format(n(r["apiserver_cpu_percent"], 1))),
-        ("etcd CPU", lambda r: "{} %".format(n(r["etcd_cpu_percent"], 1))),
-        ("etcd puts", lambda r: n(r["etcd_puts"])),
-        ("API requests, all", lambda r: n(r["requests_total"])),
-        (
-            "of them on Events (verb: count)",
-            lambda r: ", ".join(
-                "{} {}".format(k.replace("events.k8s.io/events", "events.k8s.io").replace("core/events", "core"), n(v))
-                for k, v in sorted(r["events_requests"].items())
-            ),
-        ),
-        ("on Leases", lambda r: n(r["lease_requests"])),
-        ("bytes sent on watches of core Events", lambda r: n(r["watch_bytes_core_events"])),
-    ]
-    rows = [[name] + [f(b[x]) for x in runs] for name, f in pick]
-    return table([""] + [x.replace("bill-", "") for x in runs], rows)
+    without, with_ = bill_sides(d["bill"])
+    figures = bill_figures(without, with_)
+
+    def side(f, digits):
+        text = n(f["mean"], digits)
+        return text if f["runs"] == 1 else "{} ({}–{})".format(text, n(f["min"], digits), n(f["max"], digits))
+
+    rows = []
+    for key, name, digits in BILL_FIGURES:
+        f = figures[key]
+        if f is None:
+            rows.append([name, "-", "-", "-", "-"])
+            continue
+        pct = f["difference_percent"]
+        rows.append(
+            [
+                name,
+                side(f["without"], digits),
+                side(f["with"], digits),
+                "{}{}{}".format(
+                    "+" if f["difference"] >= 0 else "",
+                    n(f["difference"], digits),
+                    "" if pct is None else " ({}{} %)".format("+" if pct >= 0 else "", n(pct, 1)),
+                ),
+                "**{}**".format(f["verdict"])
+                if f["verdict"] == VERDICT_RESOLVED
+                else "{} ({})".format(
+                    f["verdict"],
+                    "spread without: {}".format(n(f["spread_without"], digits))
+                    if min(f["without"]["runs"], f["with"]["runs"]) >= 2
+                    else "{} without, {} with".format(runs(f["without"]["runs"]), runs(f["with"]["runs"])),
+                ),
+            ]
+        )
+    # What the load was and what the window held, for reading the figures above: no verdict.
+    load = spread_verdict([core_writes(r) for r in without], [core_writes(r) for r in with_])
+    rows.append(
+        ["occurrences (raw Event writes through core/v1)"]
+        + ([side(load["without"], 0), side(load["with"], 0), "", ""] if load else ["-", "-", "", ""])
+    )
+    rows.append(["of the requests, on Events and Leases, mean (verb: count)", verbs(without), verbs(with_), "", ""])
+    held = [r.get("operator_in_window") for r in with_ if r.get("operator_in_window")]
+    if held:
+        mean = lambda f: n(sum(f(h) for h in held) / len(held))
+        rows.append(
+            [
+                "series created / refreshes / finishes written in the window (with, mean)",
+                "",
+                "{} / {} / {}".format(
+                    mean(lambda h: h["writes"]["create"]),
+                    mean(lambda h: h["writes"]["refresh"]),
+                    mean(lambda h: h["writes"]["finish"]),
+                ),
+                "",
+                "",
+            ]
+        )
+    return table(
+        [
+            "",
+            f"without: mean (min–max) of {runs(len(without))}",
+            f"with: mean (min–max) of {runs(len(with_))}",
+            "with − without",
+            "verdict",
+        ],
+        rows,
+    )
 
 
 def heartbeats(d):
@@ -709,6 +948,8 @@ def fits(kind, arg, d, current):
 
 GENERATORS = {
     "scale-steps": scale_steps,
+    "scale-latency": scale_latency,
+    "scale-targets": scale_targets,
     "scale-bill": scale_bill,
     "heartbeats": heartbeats,
     "soak": soak,
