@@ -52,6 +52,8 @@ unit:
       [[ " ${unit[*]} ${cluster[*]} " == *" $name "* ]] || { echo "unit: tests/$name is in neither list of the justfile's unit recipe" >&2; exit 1; }
     done
     cargo test --workspace --lib --bins "${unit[@]/#/--test=}"
+    # The benchmarks' own arithmetic (percentiles, lateness, the bill's verdict), on made-up audit logs.
+    python3 -m unittest bench/test_scale_figures.py
 
 # Regenerate crds/ from the Rust types, and the chart's copies in files/ of the CRD and of config/grafana's dashboard (tests fail when they differ).
 crds:

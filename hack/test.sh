@@ -180,6 +180,7 @@ run_multiarch() {
 
 start_background
 stage "lint" "${JUST:-just}" lint
+stage "bench arithmetic" python3 -m unittest bench/test_scale_figures.py
 stage "cargo test: build" cargo test --workspace --all-targets --no-run
 stage "waiting for the Kubernetes binaries and the tools" wait_for ready
 stage "cluster up" bash hack/cluster-up.sh
