@@ -37,15 +37,21 @@ fresh() {
   operator_start "$CLUSTER_DIR/operator.log" "${FLAGS[@]}"
 }
 
-# settle N: until N series are active, then 10 s more.
+# settle N: until N series are active and the writer has owed nothing for 10 s in a row, so that
+# the steady RSS is the idle operator's, not one taken mid-create (the writer's queue and its
+# requests in flight are memory too).
 settle() {
-  local t0=$SECONDS
-  until [ "$(op_metric event_series_series_active | cut -d. -f1)" -ge "$1" ]; do
-    [ $((SECONDS - t0)) -lt 1800 ] || die "fewer than $1 series after 30 min"
+  local t0=$SECONDS quiet=0
+  until [ "$(op_metric event_series_series_active | cut -d. -f1)" -ge "$1" ] && [ "$quiet" -ge 10 ]; do
+    [ $((SECONDS - t0)) -lt 1800 ] || die "fewer than $1 series, or writes still pending, after 30 min"
     kill -0 "$OP_PID" || die "the operator exited (log $CLUSTER_DIR/operator.log)"
-    sleep 2
+    if [ "$(op_metric event_series_writes_pending | cut -d. -f1)" = 0 ]; then
+      quiet=$((quiet + 1))
+    else
+      quiet=0
+    fi
+    sleep 1
   done
-  sleep 10
 }
 
 # point AXIS X SERIES STORED: steady RSS, then a timed restart; appends one JSON object to
