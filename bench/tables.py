@@ -511,6 +511,11 @@ def failover_standby(d, stored=None):
                 lambda m: "{} / {}".format(watch(m["one_replica"]), watch(m["two_replicas"])),
             ),
             row("standby Ready after its start", lambda m: n(m["standby_ready_after_start_s"]) + " s"),
+            row(
+                "the leader kept the Lease until the kill (the standby's start deposed nobody)",
+                lambda m: {True: "yes", False: "**no**"}.get(m.get("leader_kept_until_kill"), "-"),
+                "yes",
+            ),
             *(
                 [
                     row(
