@@ -1,4 +1,4 @@
-//! Build facts for `event_series_build_info`: the commit (from git, or `EVENT_SERIES_COMMIT` where
+//! Build facts for `event_series_build_info` and `--version`: the commit (from git, or `EVENT_SERIES_COMMIT` where
 //! the source has no repository, as in a container build) and the compiler's version.
 
 use std::path::Path;
@@ -37,4 +37,7 @@ fn main() {
         .unwrap_or_else(|| "unknown".to_owned());
     println!("cargo:rustc-env=EVENT_SERIES_COMMIT={commit}");
     println!("cargo:rustc-env=EVENT_SERIES_RUSTC={rustc_version}");
+    // `release` or `debug`: what `--version` says of a measured binary.
+    let profile = std::env::var("PROFILE").unwrap_or_else(|_| "unknown".to_owned());
+    println!("cargo:rustc-env=EVENT_SERIES_PROFILE={profile}");
 }

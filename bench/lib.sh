@@ -28,16 +28,18 @@ die() {
 }
 
 # machine_json: the machine and its load right now, and what the measured binary was built with
-# (rustc, profile, the binary's own --version), as one JSON object.
+# (its own --version: the commit it was built from, rustc and the profile; tables.py calls a result
+# whose binary's commit is not the result's stale), as one JSON object.
 machine_json() {
-  local load model rustc binary
+  local load model rustc binary profile
   load="$(cut -d' ' -f1-3 /proc/loadavg)"
   model="$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
   rustc="$(rustc --version 2>/dev/null || echo unknown)"
   binary="$("$OPERATOR" --version 2>/dev/null || echo none)"
-  printf '{"date":"%s","nproc":%s,"cpu":"%s","mem_gib":%s,"loadavg":"%s","kernel":"%s","rustc":"%s","profile":"release","binary":"%s"}' \
+  profile="$(sed -n 's/.*, \([a-z]*\))$/\1/p' <<<"$binary")"
+  printf '{"date":"%s","nproc":%s,"cpu":"%s","mem_gib":%s,"loadavg":"%s","kernel":"%s","rustc":"%s","profile":"%s","binary":"%s"}' \
     "$(date -u +%FT%TZ)" "$(nproc)" "$model" "$(free -g | awk '/^Mem:/ { print $2 }')" "$load" "$(uname -r)" \
-    "$rustc" "$binary"
+    "$rustc" "${profile:-unknown}" "$binary"
 }
 
 # cluster_start NAME [KEY=VALUE...]: a fresh apiserver in target/envtest-bench-NAME (extra env for

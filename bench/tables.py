@@ -1030,6 +1030,19 @@ def changed_since(commit, extra=()):
     return out
 
 
+BINARY_COMMIT = re.compile(r"\(commit ([0-9a-f]{7,40})")
+
+
+def binary_differs(d):
+    """Why a result's binary is not its commit's code (None when it is, or the binary did not say):
+    bench/lib.sh records the measured binary's `--version`, which names the commit it was built from."""
+    m = BINARY_COMMIT.search(str((d.get("machine") or {}).get("binary", "")))
+    commit = d.get("commit", "?").removesuffix("-dirty")
+    if m and not (commit.startswith(m.group(1)) or m.group(1).startswith(commit)):
+        return f"the binary measured was built from {m.group(1)}"
+    return None
+
+
 def result(path):
     """A result file with its commit and machine (a soak keeps both beside its summary)."""
     with open(os.path.join(ROOT, path)) as f:
@@ -1052,9 +1065,13 @@ def stale_tables():
         for m in MARKER.finditer(text):
             if generator(m.group(1))[1] == "history":
                 continue
-            commit = result(m.group(2)).get("commit", "?")
+            d = result(m.group(2))
+            commit = d.get("commit", "?")
             changed = changed_since(commit)
-            if changed != []:
+            differs = binary_differs(d)
+            if differs:
+                out.append((doc, m.group(1), m.group(2), commit[:7], differs))
+            elif changed != []:
                 out.append(
                     (
                         doc,
@@ -1079,7 +1096,10 @@ def main():
         if not found:
             sys.exit(f"no result file matches {sys.argv[2]}")
         newest_file = os.path.relpath(found[-1], ROOT)
-        changed = changed_since(result(newest_file).get("commit", "?"), sys.argv[3:])
+        newest = result(newest_file)
+        changed = changed_since(newest.get("commit", "?"), sys.argv[3:])
+        if binary_differs(newest):
+            sys.exit(f"{newest_file} is not current ({binary_differs(newest)})")
         if changed != []:
             sys.exit(
                 "{} is not current ({})".format(

@@ -18,10 +18,23 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// `--version`: what a bug report or a benchmark's result file needs to name the build.
+const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("EVENT_SERIES_COMMIT"),
+    ", rustc ",
+    env!("EVENT_SERIES_RUSTC"),
+    ", ",
+    env!("EVENT_SERIES_PROFILE"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "event-series",
     version,
+    long_version = LONG_VERSION,
     about = "Server-side events.k8s.io series lifecycle for a whole Kubernetes cluster",
     long_about = "Watches every core/v1 Event, groups isomorphic events into series, and keeps one \
                   events.k8s.io/v1 Event per series: created when a loop starts, refreshed by a \

@@ -17,8 +17,15 @@ fn version_prints_the_crate_version() {
     let out = cli(&["--version"]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
+    let want = format!("event-series {} (commit ", env!("CARGO_PKG_VERSION"));
+    assert!(text.starts_with(&want), "{text}");
+    assert!(
+        text.contains(", rustc ") && text.trim().ends_with("debug)"),
+        "the build's commit, compiler and profile: {text}"
+    );
+    let short = cli(&["-V"]);
     assert_eq!(
-        text.trim(),
+        String::from_utf8_lossy(&short.stdout).trim(),
         format!("event-series {}", env!("CARGO_PKG_VERSION"))
     );
 }
