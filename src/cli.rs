@@ -7,34 +7,21 @@ use crate::input::{pace, paging};
 use crate::leader::LeaseConfig;
 use crate::leader::elector::{Timings, TimingsError};
 use crate::operations::reporter::ReportConfig;
-use crate::reading::{self, table::parse_for};
+pub use crate::reading::args::{GetArgs, Output};
 use crate::writer::WriterConfig;
 use chrono::TimeDelta;
 use clap::{Parser, Subcommand, ValueEnum};
 use event_series_core::duration;
-use event_series_core::intent::SeriesState;
 use event_series_core::settings::Settings;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// `--version`: what a bug report or a benchmark's result file needs to name the build.
-const LONG_VERSION: &str = concat!(
-    env!("CARGO_PKG_VERSION"),
-    " (commit ",
-    env!("EVENT_SERIES_COMMIT"),
-    ", rustc ",
-    env!("EVENT_SERIES_RUSTC"),
-    ", ",
-    env!("EVENT_SERIES_PROFILE"),
-    ")"
-);
-
 #[derive(Debug, Parser)]
 #[command(
     name = "event-series",
     version,
-    long_version = LONG_VERSION,
+    long_version = crate::operations::build::LONG_VERSION,
     about = "Server-side events.k8s.io series lifecycle for a whole Kubernetes cluster",
     long_about = "Watches every core/v1 Event, groups isomorphic events into series, and keeps one \
                   events.k8s.io/v1 Event per series: created when a loop starts, refreshed by a \
@@ -58,68 +45,6 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Output {
-    /// More columns: REPORTER, NAME, NOTE.
-    Wide,
-    /// A v1 List of the series objects, as the API returned them.
-    Json,
-    Yaml,
-}
-
-/// `event-series get` / `kubectl series`: reads the series objects (events.k8s.io/v1 Events labelled
-/// app.kubernetes.io/managed-by=event-series) with your own kubeconfig and rights.
-#[derive(Debug, Clone, clap::Args)]
-pub struct GetArgs {
-    /// Namespace to read (default: the kubeconfig context's).
-    #[arg(short = 'n', long)]
-    pub namespace: Option<String>,
-    /// Every namespace.
-    #[arg(short = 'A', long, conflicts_with = "namespace")]
-    pub all_namespaces: bool,
-    /// Only series in this state: Ongoing or Finished (any case).
-    #[arg(long)]
-    pub state: Option<SeriesState>,
-    /// Label selector, ANDed with the series label (for example eventseries.dev/state=Ongoing).
-    #[arg(short = 'l', long)]
-    pub selector: Option<String>,
-    /// Only series about this object: kind/name, the kind case-insensitive (pod/web-0).
-    #[arg(long = "for", value_name = "KIND/NAME", value_parser = parse_for)]
-    pub for_object: Option<(String, String)>,
-    /// Output format (default: the table).
-    #[arg(short = 'o', long, value_enum)]
-    pub output: Option<Output>,
-    /// After the table, print a row whenever a series object is created or written.
-    #[arg(short = 'w', long)]
-    pub watch: bool,
-    /// Path of the kubeconfig (default: KUBECONFIG, ~/.kube/config, in-cluster).
-    #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
-    /// The kubeconfig context to use.
-    #[arg(long)]
-    pub context: Option<String>,
-    /// Print the rows without the header line.
-    #[arg(long)]
-    pub no_headers: bool,
-    /// The deadline of each request, such as 30s or 1m (0: none). Not of the --watch stream.
-    #[arg(long, value_name = "DURATION", value_parser = parse_request_timeout)]
-    pub request_timeout: Option<std::time::Duration>,
-    /// The user to impersonate for the requests.
-    #[arg(long = "as", value_name = "USER")]
-    pub impersonate: Option<String>,
-    /// A group to impersonate (repeat for more); needs --as.
-    #[arg(long = "as-group", value_name = "GROUP", requires = "impersonate")]
-    pub impersonate_groups: Vec<String>,
-}
-
-/// `--request-timeout`: a duration in the project's syntax, or `0` for none (as kubectl).
-fn parse_request_timeout(s: &str) -> Result<std::time::Duration, String> {
-    if s.trim() == "0" {
-        return Ok(std::time::Duration::ZERO);
-    }
-    duration::parse_std(s).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -475,32 +400,6 @@ impl RunArgs {
             timings,
             request_timeout: self.request_timeout,
         }))
-    }
-}
-
-impl GetArgs {
-    /// The flags as a query.
-    pub fn query(self) -> reading::Query {
-        reading::Query {
-            namespace: self.namespace,
-            all_namespaces: self.all_namespaces,
-            state: self.state.map(|s| s.as_str().to_owned()),
-            selector: self.selector,
-            regarding: self.for_object,
-            format: match self.output {
-                None => reading::Format::Table,
-                Some(Output::Wide) => reading::Format::Wide,
-                Some(Output::Json) => reading::Format::Json,
-                Some(Output::Yaml) => reading::Format::Yaml,
-            },
-            watch: self.watch,
-            kubeconfig: self.kubeconfig,
-            context: self.context,
-            no_headers: self.no_headers,
-            request_timeout: self.request_timeout.filter(|d| !d.is_zero()),
-            impersonate: self.impersonate,
-            impersonate_groups: self.impersonate_groups,
-        }
     }
 }
 

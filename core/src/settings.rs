@@ -184,6 +184,16 @@ impl PolicySet {
         }
     }
 
+    /// Whether a policy in force requires its alerts delivered (`spec.alert.required`).
+    pub fn alerts_required(&self) -> bool {
+        (0..self.slots()).any(|slot| {
+            self.settings(slot)
+                .alert
+                .as_ref()
+                .is_some_and(|a| a.required)
+        })
+    }
+
     /// Name of the policy behind a slot, `None` for the built-in defaults.
     pub fn policy_name(&self, slot: SlotIdx) -> Option<&str> {
         slot.checked_sub(1)

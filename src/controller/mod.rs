@@ -39,7 +39,7 @@ use channels::ControllerEnds;
 use chrono::Utc;
 use event_series_core::engine::{Engine, EngineConfig};
 use event_series_core::intent::StoredSeries;
-use event_series_core::settings::{PolicySet, Settings};
+use event_series_core::settings::Settings;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::api::events::v1 as events;
@@ -386,7 +386,7 @@ impl Controller {
         match update {
             Update::Policies(set) => {
                 self.health
-                    .alerts_required(self.reports.alerting() && alerts_required(&set));
+                    .alerts_required(self.reports.alerting() && set.alerts_required());
                 self.engine.set_policies(Utc::now(), set);
             }
             Update::Namespaces { changed, removed } => {
@@ -419,7 +419,7 @@ impl Controller {
             tracing::info!("leading: the standby's engine is current; writing what is owed");
         }
         if self.reports.lead()? {
-            let required = alerts_required(self.policies.set());
+            let required = self.policies.set().alerts_required();
             self.health.alerts_required(required);
             // The alerts the previous leader kept firing, posted again at once, before the raw
             // list if it is still under way: they would lapse in Alertmanager meanwhile, and fire
@@ -464,16 +464,6 @@ impl Drop for Controller {
             task.abort();
         }
     }
-}
-
-/// Whether a policy in force requires its alerts delivered (`spec.alert.required`).
-fn alerts_required(set: &PolicySet) -> bool {
-    (0..set.slots()).any(|slot| {
-        set.settings(slot)
-            .alert
-            .as_ref()
-            .is_some_and(|a| a.required)
-    })
 }
 
 /// Whether this replica may write now (a single replica, or the holder of the Lease).

@@ -3,6 +3,7 @@
 //! series rows and cannot sort by last seen; this reads only the series objects, with the user's own
 //! kubeconfig and rights. [`table`] is the pure part; this module talks to the API server.
 
+pub mod args;
 pub mod escape;
 mod invisible;
 pub mod table;

@@ -1,7 +1,7 @@
 //! Prometheus metrics (prefix `event_series_`, "Operations"). The engine keeps plain counters in
 //! [`event_series_core::engine::Stats`]; the shell copies them here, so the pure core needs no metrics library.
 
-mod labels;
+pub(crate) mod labels;
 mod loop_gauge;
 mod process;
 
@@ -9,6 +9,7 @@ pub use labels::*;
 pub use loop_gauge::{LoopCollector, LoopGauge, LoopLabels, LoopRows, TypeLabel, fold};
 pub use process::{ProcessCollector, ProcessStats};
 
+use crate::operations::build;
 use crate::operations::trouble::Kind;
 use event_series_core::engine::Stats;
 use prometheus_client::metrics::counter::Counter;
@@ -90,18 +91,10 @@ impl Metrics {
         let mut root = Registry::default();
         root.register_collector(Box::new(ProcessCollector));
         let r = root.sub_registry_with_prefix("event_series");
-        let build = Family::<BuildLabels, Gauge>::default();
-        build
-            .get_or_create(&BuildLabels {
-                version: env!("CARGO_PKG_VERSION"),
-                commit: env!("EVENT_SERIES_COMMIT"),
-                rustc: env!("EVENT_SERIES_RUSTC"),
-            })
-            .set(1);
         r.register(
             "build_info",
             "1, labelled with the version, the commit and the Rust compiler of this build",
-            build,
+            build::info(),
         );
         Self::register_series(r, metrics);
         Self::register_api(r, metrics);
