@@ -372,13 +372,16 @@ impl Controller {
         };
         let received = self.steps.received();
         let shared = (&*self.metrics, &*self.health);
-        steps::apply(
+        let completed = steps::apply(
             &mut self.engine,
             shared,
             &mut self.restart,
             (step, received),
         )
         .tell(&mut self.completeness);
+        if completed {
+            self.on_tick();
+        }
         Ok(())
     }
 
@@ -405,7 +408,9 @@ impl Controller {
     fn on_probed(&mut self, found: Probed) {
         self.probe = None;
         self.metrics.watch_probe(found.label());
-        self.completeness.probed(found);
+        if self.completeness.probed(found) {
+            self.on_tick();
+        }
     }
 
     /// The lifecycle clock (never past what the input is known complete to), and a probe of the

@@ -23,14 +23,15 @@ pub(super) struct Told {
 }
 
 impl Told {
-    pub(super) fn tell(self, current: &mut Completeness) {
+    /// Tells the input clock; true when the step completed a probe's proof (the shell then ticks
+    /// at once, see [`Completeness::probed`]).
+    pub(super) fn tell(self, current: &mut Completeness) -> bool {
         if self.relisted {
             current.relisted();
         }
-        if let Some(rv) = self.handed_on {
-            current.handed_on(rv);
-        }
+        let completed = self.handed_on.is_some_and(|rv| current.handed_on(rv));
         current.update(self.proof, self.received);
+        completed
     }
 }
 

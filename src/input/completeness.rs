@@ -46,8 +46,11 @@ pub enum Proof {
 /// carry whole seconds; a backlog delivered after a stall is older than this.
 const FRESH: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
 
-/// The least time between the starts of two probes.
-pub const PROBE_GAP: Duration = Duration::from_secs(2);
+/// The least time between the starts of two probes. One is in flight at a time and lasts
+/// [`PROBE_SECONDS`], so back to back they cost one short watch a second, and only while a finish is
+/// held; a longer gap would only make finishes later (a finish that falls due just after a probe
+/// was sent waits for the next one).
+pub const PROBE_GAP: Duration = Duration::from_secs(1);
 
 /// How long a probe's watch lasts (its `timeoutSeconds`).
 const PROBE_SECONDS: u32 = 1;
@@ -109,21 +112,26 @@ impl Completeness {
         }
     }
 
-    fn prove(&mut self, as_of: DateTime<Utc>) {
-        if self.until.is_none_or(|until| until < as_of) {
+    /// Advances the clock to `as_of`; whether it moved.
+    fn prove(&mut self, as_of: DateTime<Utc>) -> bool {
+        let later = self.until.is_none_or(|until| until < as_of);
+        if later {
             self.until = Some(as_of);
         }
+        later
     }
 
-    /// The watch handed on a change, a bookmark or a list's end at resourceVersion `rv`.
-    pub fn handed_on(&mut self, rv: u64) {
+    /// The watch handed on a change, a bookmark or a list's end at resourceVersion `rv`. True when
+    /// that completed a probe's proof (see [`Completeness::probed`]).
+    pub fn handed_on(&mut self, rv: u64) -> bool {
         self.handed_on = Some(self.handed_on.map_or(rv, |seen| seen.max(rv)));
         if let Some((wanted, as_of)) = self.awaiting
             && rv >= wanted
         {
             self.awaiting = None;
-            self.prove(as_of);
+            return self.prove(as_of);
         }
+        false
     }
 
     /// The time the input clock may advance to.
@@ -147,19 +155,22 @@ impl Completeness {
         Some(from)
     }
 
-    /// A probe's answer.
-    pub fn probed(&mut self, found: Probed) {
+    /// A probe's answer. True when it advanced the clock: a probe is sent only for a held finish,
+    /// so the shell ticks the engine at once instead of at its next tick (up to a second later),
+    /// and sends the next probe if a finish is still held.
+    pub fn probed(&mut self, found: Probed) -> bool {
         self.probing = false;
         match found {
             Probed::Quiet { sent } => self.prove(sent),
             Probed::Changes { rv, sent } => {
                 if self.handed_on.is_some_and(|seen| seen >= rv) {
-                    self.prove(sent);
+                    self.prove(sent)
                 } else {
                     self.awaiting = Some((rv, sent));
+                    false
                 }
             }
-            Probed::Behind | Probed::Failed => {}
+            Probed::Behind | Probed::Failed => false,
         }
     }
 
@@ -254,9 +265,26 @@ mod tests {
         assert_eq!(c.probe_from(now, false), None, "nothing held");
         assert_eq!(c.probe_from(now, true), Some(7));
         assert_eq!(c.probe_from(now + PROBE_GAP, true), None, "one in flight");
-        c.probed(Probed::Failed);
+        assert!(!c.probed(Probed::Failed));
         assert_eq!(c.probe_from(now + PROBE_GAP / 2, true), None, "too soon");
         assert_eq!(c.probe_from(now + PROBE_GAP, true), Some(7));
+    }
+
+    /// A finish that falls due just after a probe was sent needs the next probe: it is sent as
+    /// soon as the one in flight has answered (its watch lasts a second), not a second later.
+    #[test]
+    fn probes_may_run_back_to_back() {
+        let now = Instant::now();
+        let mut c = Completeness::default();
+        c.handed_on(7);
+        assert_eq!(c.probe_from(now, true), Some(7));
+        let answered = now + Duration::from_millis(1_050);
+        assert!(c.probed(Probed::Quiet { sent: t(50) }));
+        assert_eq!(
+            c.probe_from(answered, true),
+            Some(7),
+            "the next probe goes as the last one answers"
+        );
     }
 
     #[test]
@@ -265,7 +293,13 @@ mod tests {
         c.update(Proof::Current, Some(t(0)));
         c.handed_on(7);
         c.probe_from(Instant::now(), true);
-        c.probed(Probed::Quiet { sent: t(50) });
+        assert!(c.probed(Probed::Quiet { sent: t(50) }), "the clock moved");
+        assert_eq!(c.clock(t(51)), t(50));
+        c.probe_from(Instant::now() + PROBE_GAP, true);
+        assert!(
+            !c.probed(Probed::Quiet { sent: t(40) }),
+            "an answer older than the proof moves nothing"
+        );
         assert_eq!(c.clock(t(51)), t(50));
     }
 
@@ -276,26 +310,26 @@ mod tests {
         c.update(Proof::Current, Some(t(0)));
         c.handed_on(7);
         c.probe_from(now, true);
-        c.probed(Probed::Changes {
+        assert!(!c.probed(Probed::Changes {
             rv: 12,
             sent: t(50),
-        });
+        }));
         assert_eq!(c.clock(t(51)), t(0), "12 is still on its way");
         assert_eq!(
             c.probe_from(now + PROBE_GAP * 5, true),
             None,
             "waits for 12 first"
         );
-        c.handed_on(11);
+        assert!(!c.handed_on(11));
         assert_eq!(c.clock(t(51)), t(0));
-        c.handed_on(12);
+        assert!(c.handed_on(12), "the probe's proof is complete");
         assert_eq!(c.clock(t(51)), t(50));
         // A probe answered after the watch already passed its changes proves at once.
         c.probe_from(now + PROBE_GAP * 6, true);
-        c.probed(Probed::Changes {
+        assert!(c.probed(Probed::Changes {
             rv: 12,
             sent: t(60),
-        });
+        }));
         assert_eq!(c.clock(t(61)), t(60));
     }
 
@@ -307,7 +341,7 @@ mod tests {
         c.handed_on(7);
         for (i, found) in [Probed::Behind, Probed::Failed].into_iter().enumerate() {
             c.probe_from(now + PROBE_GAP * (i as u32 + 1), true);
-            c.probed(found);
+            assert!(!c.probed(found));
             assert_eq!(c.clock(t(60)), t(0));
         }
         c.probe_from(now + PROBE_GAP * 4, true);

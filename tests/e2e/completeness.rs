@@ -34,8 +34,8 @@ async fn a_loop_in_a_quiet_namespace_finishes_soon_after_finish_after() -> Resul
     let truth = crashloop(&ns.name, 1, "5", 6)?;
     let total: u64 = truth.iter().map(|t| t.api_count).sum();
     wait_for(&client, &ns.name, "the loop's series", |o| o.len() == 1).await?;
-    // Due at the last occurrence + 5 s; allowed: a probe every 2 s, its 1 s watch, the tick, the
-    // write. Not allowed: the 300 s watch's end.
+    // Due at the last occurrence + 5 s; allowed: the tick, a probe in flight, its own 1 s watch,
+    // the write. Not allowed: the 300 s watch's end.
     let finished = wait_for_within(
         &client,
         &ns.name,
