@@ -84,14 +84,17 @@ tools:
 
 # The benchmarks (not part of `just test`; bench/README.md lists them); figures go to docs/BENCHMARKS.md. Ends with bench-e2e (about 45 min).
 bench: && bench-e2e bench-node
-    cargo bench --bench engine
-    cargo bench --bench memory
+    bash bench/engine.sh
+
+# The engine's criterion benchmarks and its heap per series (benches/engine.rs, benches/memory.rs) into one result file with commit and machine (bench/engine.sh; ENGINE_BENCH_ARGS for criterion; a few minutes).
+bench-engine:
+    bash bench/engine.sh
 
 # A newcomer's first command: local apiserver, the manifests, the operator, a crash-loop storm, the series. DEMO_SECONDS=n stops after n s.
 demo:
     bash hack/demo.sh
 
-# Every benchmark, one after the other (about nine and a half hours on 2 cores): engine, memory, the end-to-end set, the node, heartbeats, scale, failover, the rollout, growth, the soak; then the generated tables of docs/ and the list of stale ones. RESUME=1 skips a benchmark whose newest result is current (bench/all.sh).
+# Every benchmark, one after the other (about twelve hours on 2 cores): engine, memory, the end-to-end set, the node, heartbeats, the default bound, scale, failover, the rollout, growth, the soak; then the generated tables of docs/ and the list of stale ones. RESUME=1 skips a benchmark whose newest result is current (bench/all.sh).
 bench-all:
     bash bench/all.sh
 
@@ -133,6 +136,10 @@ bench-growth: bench-build
 # The default bound, scaled by ten: 10,000 series at a 3-minute heartbeat, default --qps, 6-minute event TTL, 15 min; no object may expire between two writes (bench/heartbeats.sh).
 bench-heartbeats: bench-build
     bash bench/heartbeats.sh
+
+# The default bound as shipped: 100,000 loops (an occurrence each every 5 min) under the default policy and flags for 125 min, candidates, key bytes and alerts full beside them, then a restart; every object's longest time between two writes against the 1 h TTL, peak RSS against 256 MiB (bench/bound.sh; about 2 h 20 min).
+bench-bound: bench-build
+    bash bench/bound.sh
 
 # Allocator comparison (docs/BENCHMARKS.md, Memory): bench-memory once per allocator variant (about 45 min).
 bench-allocators: bench-build

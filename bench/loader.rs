@@ -6,6 +6,10 @@
 //! bench-loader seed   --count N [--first I] [--namespaces M]   N legacy events, each already counting 2
 //!                                                             recent occurrences of its own Pod, so each
 //!                                                             becomes a series at once (Output)
+//! bench-loader lone   --count N [--first I] [--namespaces M] [--prefix P] [--at-limit]
+//!                                                             N one-off legacy events (one occurrence
+//!                                                             each, now): keys that stay candidates;
+//!                                                             --at-limit: every key field at its limit
 //! bench-loader filler --count N [--rate R]                    N events labelled managed-by=event-series:
 //!                                                             writes the operator's watch filters out
 //! bench-loader rate   --rate R --duration S [--keys K]        R raw event changes per second for S s:
@@ -13,6 +17,8 @@
 //!                                                             microseconds), one object per key, each
 //!                                                             change a merge patch of series.count and
 //!                                                             series.lastObservedTime = now
+//!                     [--namespaces M] [--legacy]             keys spread over M namespaces; legacy
+//!                                                             (count, lastTimestamp) events
 //! ```
 //! Common: `--concurrency C` requests in flight (default 64). Kubeconfig: KUBECONFIG. Prints a JSON
 //! summary (requests done, failed, achieved rate).
@@ -58,6 +64,22 @@ enum Mode {
         #[arg(long, default_value_t = 30)]
         age_minutes: u64,
     },
+    /// One-off legacy events (one occurrence each, now): keys that stay candidates.
+    Lone {
+        #[arg(long)]
+        count: u64,
+        /// Index of the first Pod.
+        #[arg(long, default_value_t = 0)]
+        first: u64,
+        /// Spread over this many namespaces <prefix>-0, <prefix>-1, ...
+        #[arg(long, default_value_t = 10)]
+        namespaces: u64,
+        #[arg(long, default_value = "lone")]
+        prefix: String,
+        /// Every field of each key at its API limit (about 4.6 KB a key with its note).
+        #[arg(long)]
+        at_limit: bool,
+    },
     /// Events the operator's watch filters out (label app.kubernetes.io/managed-by=event-series).
     Filler {
         #[arg(long)]
@@ -87,6 +109,10 @@ enum Mode {
         /// server takes their messages up to its request size, a new-style event's up to 1,024 bytes.
         #[arg(long)]
         legacy: bool,
+        /// Spread the keys over this many namespaces <namespace>-0, <namespace>-1, ... (1: all in
+        /// <namespace>).
+        #[arg(long, default_value_t = 1)]
+        namespaces: u64,
     },
 }
 
@@ -119,6 +145,17 @@ async fn main() -> anyhow::Result<()> {
             .await?;
             Default::default()
         }
+        Mode::Lone {
+            count,
+            first,
+            namespaces,
+            prefix,
+            at_limit,
+        } => {
+            load.lone(count, first, namespaces, &prefix, at_limit)
+                .await?;
+            Default::default()
+        }
         Mode::Filler { count, rate } => {
             load.filler(count, rate).await?;
             Default::default()
@@ -130,10 +167,12 @@ async fn main() -> anyhow::Result<()> {
             namespace,
             message_bytes,
             legacy,
+            namespaces,
         } => {
             let changes = Changes {
                 message_bytes,
                 legacy,
+                namespaces,
             };
             load.rate(rate, duration, keys, &namespace, changes).await?
         }

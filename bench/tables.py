@@ -100,13 +100,16 @@ def scale_steps(d):
                 if s.get("machine_cpu")
                 else "-",
                 "{} / {}".format(n(sat["apf_rejected"]), n(sat["status_429"])) if sat else "-",
-                "{} exact{}, {} single, {} off".format(
+                "{} exact{}, {} single, {} off{}".format(
                     n(keys.get("exact", 0) + keys.get("exact, lone by design", 0)),
                     " ({} of them beside occurrences alone by design)".format(n(keys["exact, lone by design"]))
                     if keys.get("exact, lone by design")
                     else "",
                     n(keys.get("lone", 0)),
                     n(keys.get("differs", 0)),
+                    " ({} judged by the occurrences' own timestamps when summarised)".format(n(keys["rejudged"]))
+                    if keys.get("rejudged")
+                    else "",
                 ),
                 "{} / {}".format(n(s["occurrences_in_series"]), n(s["raw_occurrences"])),
             ]
@@ -392,6 +395,158 @@ def heartbeats(d):
             ["most writes pending", n(d["max_pending"])],
             ["occurrences counted", n(d["occurrences_counted"])],
         ],
+    )
+
+
+def cpu_idle_steal(samples):
+    """The machine's idle / steal (% of all its CPUs) between the first and last of `samples`, from
+    their /proc/stat "cpu" fields (user nice system idle iowait irq softirq steal)."""
+    stats = [x["proc_stat_cpu"] for x in samples if x.get("proc_stat_cpu")]
+    if len(stats) < 2:
+        return "-"
+    d = [b - a for a, b in zip(stats[0], stats[-1])]
+    total = sum(d) or 1
+    return percent_pair(100 * d[3] / total, 100 * d[7] / total)
+
+
+def bound(d):
+    """`just bench-bound`: the default bound as shipped, every other bound full, against the TTL
+    and the Deployment's memory limit."""
+    a, o, r = d["audit"], d["occurrences"], d["restart"]
+    mib = lambda kib: n(kib / 1024, 1)
+    metrics = dict(line.rsplit(" ", 1) for line in d.get("metrics", []))
+    m = lambda name: n(float(metrics[name])) if name in metrics else "-"
+    ttl = 3600
+    goal_mib = d.get("limit_mib", 256)
+    exact = o["written"] == o["counted"]
+    return table(
+        ["", "measured", "goal"],
+        [
+            [
+                "loops (one occurrence each every {} s) / namespaces / minutes".format(d["rotate_s"]),
+                "{} / {} / {}".format(n(d["series"]), n(d["namespaces"]), n(d["minutes"])),
+                "",
+            ],
+            [
+                "one-off keys held beside them: small / every field at its limit",
+                "{} / {}".format(n(d["lone"]), n(d["lone_at_limit"])),
+                "",
+            ],
+            [
+                "series objects written (audit log) / their writes",
+                "{} / {}".format(n(a["objects"]), n(a["writes"])),
+                "",
+            ],
+            [
+                "time between two writes of one object: p50 / p99 / longest",
+                "{} / {} / **{} s**".format(n(a["gap_p50_s"]), n(a["gap_p99_s"]), n(a["longest_gap_s"])),
+                f"under the TTL ({n(ttl)} s)",
+            ],
+            [
+                "objects past 3/4 of the TTL / past the TTL between two writes",
+                "{} / **{}**".format(n(a["over_three_quarters_ttl"]), n(a["over_ttl"])),
+                "0 past the TTL",
+            ],
+            [
+                "fewest series objects stored once all were created",
+                n(d["min_stored_after_creates"] if d["min_stored_after_creates"] >= 0 else None),
+                n(d["series"]),
+            ],
+            ["most writes pending", n(d["max_pending"]), ""],
+            [
+                "series given up: over maxActiveSeries / for key bytes",
+                "{} / {}".format(
+                    m('event_series_series_evicted_total{reason="max_active_series"}'),
+                    m('event_series_series_evicted_total{reason="key_bytes"}'),
+                ),
+                "",
+            ],
+            [
+                "alerts over the limit / posts failed (nothing listens)",
+                "{} / {}".format(
+                    m("event_series_alerts_over_limit"), m('event_series_alerts_sent_total{outcome="failed"}')
+                ),
+                "",
+            ],
+            [
+                "occurrences counted / written",
+                "{} / {}{}".format(n(o["counted"]), n(o["written"]), "" if exact else " **(differ)**"),
+                "equal",
+            ],
+            [
+                "peak RSS (VmHWM): running / restarted beside it all",
+                "**{}** / **{} MiB**".format(mib(d["peak_rss_kib"]), mib(r["peak_rss_kib"])),
+                f"under {goal_mib} MiB",
+            ],
+            [
+                "restart: Ready after / RSS a minute later",
+                "{} s / {} MiB".format(n(r["ready_s"]), mib(r["rss_kib_after_a_minute"])),
+                "",
+            ],
+            ["machine idle / steal over the run (%)", cpu_idle_steal(d.get("samples", [])), ""],
+        ],
+    )
+
+
+def engine(d):
+    """`just bench-engine`: each criterion benchmark of the engine, its median with the 95 %
+    interval, and what that is per second where the benchmark counts elements."""
+    rows = []
+    for b in d["benchmarks"]:
+        med, (lo, hi) = b["median_ns"], b["median_ci_ns"]
+        per_s = "-"
+        if b.get("elements"):
+            per_s = "**{}** ({}–{})".format(*(si(b["elements"] / (ns * 1e-9)) for ns in (med, hi, lo)))
+        rows.append([b["id"].removeprefix("engine/"), duration_ns(med), f"{duration_ns(lo)}–{duration_ns(hi)}", per_s])
+    return table(["benchmark", "median", "95 % interval", "elements per second"], rows)
+
+
+def si(v):
+    """A rate as the docs write it: 5.89 M, 758 k."""
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if v >= size:
+            return f"{v / size:.3g} {unit}"
+    return f"{v:.3g}"
+
+
+def duration_ns(ns):
+    for unit, size in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if ns >= size:
+            return f"{ns / size:.3g} {unit}"
+    return f"{ns:.3g} ns"
+
+
+def heap(d):
+    """`just bench-engine`: the heap per active series (benches/memory.rs, a counting allocator)
+    against the 512 B target, and a restart's heap at each restart buffer size."""
+    rows = [
+        [n(h["series"]), f"{n(h['bytes_per_series'])} B", f"**{n(h['beyond_strings'])} B**", f"{h['mib_all']} MiB"]
+        for h in d["heap"]
+    ]
+    out = table(
+        ["active series", "heap per series", "beyond the strings it carries (target ≤ 512 B)", "heap for all"], rows
+    )
+    rows = [
+        [
+            f"{n(r['series'])} series, {n(r['listed_raw'])} raw events, buffer {r['buffer_mib']} MiB",
+            f"{r['restored_mib']} MiB",
+            f"**{r['peak_mib']} MiB**",
+            f"{r['after_recovery_mib']} / {r['settled_mib']} MiB",
+        ]
+        for r in d["restarts"]
+    ]
+    return (
+        out
+        + "\n"
+        + table(
+            [
+                "restart (heap of the engine and its buffer)",
+                "series restored",
+                "peak",
+                "after the recovery / after housekeeping",
+            ],
+            rows,
+        )
     )
 
 
@@ -957,6 +1112,9 @@ GENERATORS = {
     "scale-targets": scale_targets,
     "scale-bill": scale_bill,
     "heartbeats": heartbeats,
+    "bound": bound,
+    "engine": engine,
+    "heap": heap,
     "soak": soak,
     "failover": failover,
     "failover-standby": failover_standby,

@@ -3,7 +3,9 @@
 //! and a paced rate of raw event changes.
 
 use crate::cluster::ensure_namespace;
-use crate::raw::{Occurrences, backoff_message, kubelet, numbered_pod, occurrence, operators_own};
+use crate::raw::{
+    Occurrences, at_every_limit, backoff_message, kubelet, numbered_pod, occurrence, operators_own,
+};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Event, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -52,6 +54,24 @@ fn history(ns: &str, i: u64, age: Duration) -> Event {
     )
 }
 
+/// A legacy event of Pod `i` seen once, now: a key that stays a candidate (its loop never comes), as a
+/// cluster's one-off events are. With `at_limit`, every field of its key is at its API limit (the most
+/// one key can cost the operator, about 4.6 KB with its note).
+fn lone(ns: &str, i: u64, at_limit: bool) -> Event {
+    let pod = format!("lone-{i:07}");
+    if at_limit {
+        return at_every_limit(ns, &format!("{pod}.lone"), &pod, 1);
+    }
+    kubelet(
+        ns,
+        &format!("{pod}.lone"),
+        numbered_pod(ns, &pod, i),
+        "BackOff",
+        backoff_message(ns, &pod),
+        Occurrences::at(1, Timestamp::now()),
+    )
+}
+
 /// What each change of [`Load::rate`] is.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Changes {
@@ -59,6 +79,19 @@ pub struct Changes {
     pub message_bytes: Option<usize>,
     /// Kubelet-style events (`count`, `lastTimestamp`) instead of new-style ones (`series`).
     pub legacy: bool,
+    /// Spread the keys over this many namespaces `<namespace>-0`, `<namespace>-1`, ... (key `i` in
+    /// the `i % namespaces`th); 0 or 1: all in `<namespace>` itself.
+    pub namespaces: u64,
+}
+
+impl Changes {
+    /// The namespace of key `i` in a run whose namespace is `base`.
+    fn namespace(&self, base: &str, i: u64) -> String {
+        match self.namespaces {
+            0 | 1 => base.to_owned(),
+            n => format!("{base}-{}", i % n),
+        }
+    }
 }
 
 /// A legacy (kubelet-like) event of Pod `i`, first occurrence now, with the name of [`new_style`]'s.
@@ -192,6 +225,32 @@ impl Load {
         Ok(())
     }
 
+    /// `count` one-off legacy events (see `lone`), Pods `first` onwards, spread over namespaces
+    /// `<prefix>-0` .. `<prefix>-<namespaces - 1>`.
+    pub async fn lone(
+        &self,
+        count: u64,
+        first: u64,
+        namespaces: u64,
+        prefix: &str,
+        at_limit: bool,
+    ) -> anyhow::Result<()> {
+        let namespaces = namespaces.max(1);
+        for n in 0..namespaces {
+            ensure_namespace(&self.client, &format!("{prefix}-{n}")).await?;
+        }
+        let requests = futures::stream::iter(first..first + count).map(|i| {
+            let ns = format!("{prefix}-{}", i % namespaces);
+            let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
+            async move {
+                api.create(&PostParams::default(), &lone(&ns, i, at_limit))
+                    .await
+            }
+        });
+        self.send("lone", requests).await;
+        Ok(())
+    }
+
     /// `count` events in namespace `filler` labelled as the operator's own, which its watch filters
     /// out, at `rate` per second (as fast as the apiserver answers without one).
     pub async fn filler(&self, count: u64, rate: Option<f64>) -> anyhow::Result<()> {
@@ -215,8 +274,9 @@ impl Load {
         Ok(())
     }
 
-    /// `rate` raw event changes per second for `duration` seconds in `namespace`, one object per key
-    /// over `keys` keys: new-style events, each change a merge patch of `series.count` and
+    /// `rate` raw event changes per second for `duration` seconds in `namespace` (or spread over
+    /// `changes.namespaces` namespaces named after it), one object per key over `keys` keys:
+    /// new-style events, each change a merge patch of `series.count` and
     /// `series.lastObservedTime = now`, or with `legacy` kubelet-style events, each change a patch
     /// of `count` and `lastTimestamp`. With `message_bytes` every change also carries a new message
     /// of that many bytes (the API server refuses a new-style event's beyond 1,024 bytes, not a
@@ -227,23 +287,34 @@ impl Load {
         duration: f64,
         keys: u64,
         namespace: &str,
-        Changes {
+        changes: Changes,
+    ) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
+        let Changes {
             message_bytes,
             legacy,
-        }: Changes,
-    ) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
+            ..
+        } = changes;
         anyhow::ensure!(rate > 0.0 && keys > 0, "--rate and --keys must be positive");
-        ensure_namespace(&self.client, namespace).await?;
-        let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        let apis: Vec<Api<Event>> = {
+            let mut apis = Vec::new();
+            for i in 0..keys.min(changes.namespaces.max(1)) {
+                let ns = changes.namespace(namespace, i);
+                ensure_namespace(&self.client, &ns).await?;
+                apis.push(Api::namespaced(self.client.clone(), &ns));
+            }
+            apis
+        };
+        let api_of = |i: u64| apis[(i % apis.len() as u64) as usize].clone();
         // The objects first (not timed): one per key, a singleton occurrence each.
         futures::stream::iter(0..keys)
             .map(|i| {
-                let api = api.clone();
+                let api = api_of(i);
+                let ns = changes.namespace(namespace, i);
                 async move {
                     let ev = if legacy {
-                        legacy_style(namespace, i)
+                        legacy_style(&ns, i)
                     } else {
-                        new_style(namespace, i)
+                        new_style(&ns, i)
                     };
                     match api.create(&PostParams::default(), &ev).await {
                         Err(kube::Error::Api(e)) if e.code == 409 => {
@@ -272,7 +343,7 @@ impl Load {
         let begun = Instant::now();
         futures::stream::iter(0..total)
             .map(|n| {
-                let (api, counts, skipped) = (api.clone(), counts.clone(), skipped.clone());
+                let (api, counts, skipped) = (api_of(n % keys), counts.clone(), skipped.clone());
                 async move {
                     tokio::time::sleep_until(t0 + Duration::from_secs_f64(n as f64 / rate)).await;
                     if tokio::time::Instant::now() >= end {
