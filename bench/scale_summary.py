@@ -7,7 +7,8 @@ import os
 import re
 import sys
 
-from tables import bill_figures  # bench/, this file's folder, is on sys.path when it runs
+from keys import rejudge  # bench/, this file's folder, is on sys.path when it runs
+from tables import bill_figures
 
 
 def load(path):
@@ -15,7 +16,24 @@ def load(path):
         return json.load(f)
 
 
-def step_row(r):
+def keys_rejudged(counts, window):
+    """The keys' verdicts, those a run judged "differs" judged again by today's rules
+    (bench/keys.py `rejudge`), with how many changed."""
+    keys = dict(counts.get("keys") or {})
+    if not window:
+        return keys
+    for row in counts.get("differs") or []:
+        v = rejudge(row, window)
+        if v != "differs":
+            keys["differs"] -= 1
+            keys[v] = keys.get(v, 0) + 1
+            keys["rejudged"] = keys.get("rejudged", 0) + 1
+    if not keys.get("differs"):
+        keys.pop("differs", None)
+    return keys
+
+
+def step_row(r, window=None):
     cpu = r["cpu_percent"]
     lat = r.get("latency_s") or {}
     counts = r.get("counts") or {}
@@ -44,7 +62,7 @@ def step_row(r):
         if r.get("operator_peak_rss_kib")
         else None,
         "watch_bytes_per_s": round(r["watch_bytes_core_events"] / r["window_s"]),
-        "keys": counts.get("keys"),
+        "keys": keys_rejudged(counts, window),
         "series_objects": counts.get("series_objects"),
         "series_not_finished": counts.get("series_not_finished"),
         "raw_occurrences": counts.get("raw_occurrences"),
@@ -116,7 +134,7 @@ def main():
         "machine": meta["machine"],
         "flags": meta,
         "steps": [
-            step_row(r)
+            step_row(r, meta.get("series_window_s"))
             for r in sorted((r for label, r in runs.items() if label.startswith("step-")), key=lambda r: r["pods"])
         ],
         "bill": bill(runs),

@@ -12,6 +12,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from keys import lone_by_timestamps, rejudge
 from scale_figures import (
     audit_writes,
     lateness_by_timestamps,
@@ -315,3 +316,34 @@ class Bill(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class AloneByTimestamps(unittest.TestCase):
+    """The operator times an occurrence by its own timestamp: a starved emitter's late write can put
+    two occurrences less than seriesWindow apart by their writes and more by their timestamps."""
+
+    def test_a_last_occurrence_further_than_the_window_from_the_series_stood_alone(self):
+        self.assertEqual(lone_by_timestamps((0, 400, 9), [(0, 210, 8)], 180), 1)
+        self.assertEqual(lone_by_timestamps((0, 380, 9), [(0, 210, 8)], 180), 0)
+
+    def test_a_first_occurrence_further_than_the_window_before_the_series_stood_alone(self):
+        self.assertEqual(lone_by_timestamps((0, 260, 3), [(187, 260, 2)], 180), 1)
+
+    def test_two_occurrences_further_apart_than_the_window_make_no_series(self):
+        self.assertEqual(lone_by_timestamps((0, 200, 2), [], 180), 2)
+        self.assertEqual(lone_by_timestamps((0, 170, 2), [], 180), 0)
+
+    def test_a_key_judged_differs_by_its_writes_is_exact_by_its_timestamps(self):
+        # Written 169 s apart, stamped 189 s apart: the last occurrence stood alone.
+        row = {
+            "raw": 9,
+            "raw_objects": 1,
+            "series": 8,
+            "series_objects": 1,
+            "raw_spans": [["2026-11-29T01:10:06Z", "2026-11-29T01:16:53Z", 9]],
+            "series_spans": [["2026-11-29T01:10:06.000000Z", "2026-11-29T01:13:44.000000Z", 8]],
+            "writes": [0, 10, 20, 30, 40, 50, 60, 856.5, 1025.7],
+        }
+        self.assertEqual(rejudge(row, 180), "exact, lone by design")
+        row["raw_spans"] = [["2026-11-29T01:10:06Z", "2026-11-29T01:16:33Z", 9]]
+        self.assertEqual(rejudge(row, 180), "differs", "169 s by both: one occurrence lost")
