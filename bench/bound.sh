@@ -135,43 +135,7 @@ stop_pid "$OP_PID"
 OP_PID=''
 
 # Every series object's longest time between two writes, from the audit log (rotated files included).
-gaps="$(python3 - "$CLUSTER_DIR" "$TTL_S" <<'EOF'
-import glob, json, os, sys
-from datetime import datetime
-ttl = float(sys.argv[2])
-last, longest = {}, {}
-writes, start = 0, None
-def lines():
-    # The API server rotates its audit log at 200 MB: the rotated files first, by name (their date).
-    for path in sorted(glob.glob(os.path.join(sys.argv[1], "audit*.log"))):
-        with open(path) as f:
-            yield from f
-for line in lines():
-    if '"events.k8s.io"' not in line:
-        continue
-    e = json.loads(line)
-    ref = e.get("objectRef") or {}
-    if e.get("stage") != "ResponseComplete" or ref.get("apiGroup") != "events.k8s.io":
-        continue
-    if e["verb"] not in ("create", "patch", "update") or e["responseStatus"]["code"] >= 300:
-        continue
-    at = datetime.fromisoformat(e["stageTimestamp"].replace("Z", "+00:00")).timestamp()
-    name = ref["namespace"] + "/" + ref["name"]
-    start = at if start is None else min(start, at)
-    if name in last:
-        longest[name] = max(longest.get(name, 0.0), at - last[name])
-    last[name] = at
-    writes += 1
-# An object not written since is as old as the end of the log.
-end = max(last.values())
-gap = sorted(max(longest.get(k, 0.0), end - t) for k, t in last.items())
-q = lambda f: round(gap[min(len(gap) - 1, int(f * len(gap)))], 1)
-print(json.dumps({"writes": writes, "objects": len(gap), "log_s": round(end - start, 1),
-                  "gap_p50_s": q(0.5), "gap_p99_s": q(0.99), "longest_gap_s": round(gap[-1], 1),
-                  "over_three_quarters_ttl": sum(g > 0.75 * ttl for g in gap),
-                  "over_ttl": sum(g > ttl for g in gap)}))
-EOF
-)"
+gaps="$(python3 "$ROOT/bench/write_gaps.py" "$CLUSTER_DIR" "$TTL_S")"
 peak_kib=$((hwm_first > hwm_second ? hwm_first : hwm_second))
 verdict="every object written again within the TTL; peak RSS under ${LIMIT_MIB} MiB"
 if [ "$(jq '.over_ttl' <<<"$gaps")" -gt 0 ]; then verdict="MISSED: objects outlived the TTL between two writes"; fi

@@ -60,30 +60,7 @@ occ="$(op_metric event_series_occurrences_total)"
 lat_sum="$(op_metric 'event_series_write_latency_seconds_sum{kind="heartbeat"}')"
 lat_n="$(op_metric 'event_series_write_latency_seconds_count{kind="heartbeat"}')"
 # The longest time between two writes of one series object, as the apiserver logged them.
-gaps="$(python3 - "$CLUSTER_DIR/audit.log" <<'EOF'
-import json, sys
-from datetime import datetime
-last, longest, writes, objects = {}, 0.0, 0, set()
-for line in open(sys.argv[1]):
-    e = json.loads(line)
-    ref = e.get("objectRef") or {}
-    if e.get("stage") != "ResponseComplete" or ref.get("apiGroup") != "events.k8s.io":
-        continue
-    if e["verb"] not in ("create", "patch", "update") or e["responseStatus"]["code"] >= 300:
-        continue
-    at = datetime.fromisoformat(e["stageTimestamp"].replace("Z", "+00:00")).timestamp()
-    name = ref["namespace"] + "/" + ref["name"]
-    if name in last:
-        longest = max(longest, at - last[name])
-    last[name] = at
-    writes += 1
-    objects.add(name)
-# An object not written since is as old as the end of the log.
-end = max(last.values())
-longest = max([longest] + [end - t for t in last.values()])
-print(json.dumps({"writes": writes, "objects": len(objects), "longest_gap_s": round(longest, 1)}))
-EOF
-)"
+gaps="$(python3 "$ROOT/bench/write_gaps.py" "$CLUSTER_DIR" 360)"
 # Objects that outlived their TTL between two writes: a patch answered 404, then created again.
 gone="$(op_metric 'event_series_api_requests_total{verb="patch",code="404"}')"
 creates="$(op_metric 'event_series_api_requests_total{verb="create",code="201"}')"

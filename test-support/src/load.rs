@@ -184,20 +184,34 @@ impl Load {
             .await;
     }
 
+    /// Creates the events `make(namespace, i)` for `i` in `first..first + count`, spread over
+    /// namespaces `<prefix>-0` .. `<prefix>-<namespaces - 1>` (event `i` in the `i % namespaces`th).
+    async fn spread(
+        &self,
+        what: &str,
+        (count, first, namespaces): (u64, u64, u64),
+        prefix: &str,
+        make: impl Fn(&str, u64) -> Event,
+    ) -> anyhow::Result<()> {
+        let namespaces = namespaces.max(1);
+        for n in 0..namespaces {
+            ensure_namespace(&self.client, &format!("{prefix}-{n}")).await?;
+        }
+        let requests = futures::stream::iter(first..first + count).map(|i| {
+            let ns = format!("{prefix}-{}", i % namespaces);
+            let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
+            let ev = make(&ns, i);
+            async move { api.create(&PostParams::default(), &ev).await }
+        });
+        self.send(what, requests).await;
+        Ok(())
+    }
+
     /// `count` legacy events (Pods `first`..), each already a series, spread over namespaces
     /// `bench-0` .. `bench-<namespaces - 1>`.
     pub async fn seed(&self, count: u64, first: u64, namespaces: u64) -> anyhow::Result<()> {
-        let namespaces = namespaces.max(1);
-        for n in 0..namespaces {
-            ensure_namespace(&self.client, &format!("bench-{n}")).await?;
-        }
-        let requests = futures::stream::iter(first..first + count).map(|i| {
-            let ns = format!("bench-{}", i % namespaces);
-            let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
-            async move { api.create(&PostParams::default(), &seeded(&ns, i)).await }
-        });
-        self.send("seed", requests).await;
-        Ok(())
+        self.spread("seed", (count, first, namespaces), "bench", seeded)
+            .await
     }
 
     /// `count` legacy events of finished loops (see `history`), Pods `first` onwards, the last
@@ -209,20 +223,10 @@ impl Load {
         namespaces: u64,
         age: Duration,
     ) -> anyhow::Result<()> {
-        let namespaces = namespaces.max(1);
-        for n in 0..namespaces {
-            ensure_namespace(&self.client, &format!("history-{n}")).await?;
-        }
-        let requests = futures::stream::iter(first..first + count).map(|i| {
-            let ns = format!("history-{}", i % namespaces);
-            let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
-            async move {
-                api.create(&PostParams::default(), &history(&ns, i, age))
-                    .await
-            }
-        });
-        self.send("history", requests).await;
-        Ok(())
+        self.spread("history", (count, first, namespaces), "history", |ns, i| {
+            history(ns, i, age)
+        })
+        .await
     }
 
     /// `count` one-off legacy events (see `lone`), Pods `first` onwards, spread over namespaces
@@ -235,20 +239,10 @@ impl Load {
         prefix: &str,
         at_limit: bool,
     ) -> anyhow::Result<()> {
-        let namespaces = namespaces.max(1);
-        for n in 0..namespaces {
-            ensure_namespace(&self.client, &format!("{prefix}-{n}")).await?;
-        }
-        let requests = futures::stream::iter(first..first + count).map(|i| {
-            let ns = format!("{prefix}-{}", i % namespaces);
-            let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
-            async move {
-                api.create(&PostParams::default(), &lone(&ns, i, at_limit))
-                    .await
-            }
-        });
-        self.send("lone", requests).await;
-        Ok(())
+        self.spread("lone", (count, first, namespaces), prefix, |ns, i| {
+            lone(ns, i, at_limit)
+        })
+        .await
     }
 
     /// `count` events in namespace `filler` labelled as the operator's own, which its watch filters
