@@ -526,6 +526,31 @@ def heap(d):
     out = table(
         ["active series", "heap per series", "beyond the strings it carries (target ≤ 512 B)", "heap for all"], rows
     )
+    if d.get("entries"):
+        out += "\n" + table(
+            ["what the engine and the writer hold", "heap each"],
+            [[f"{n(e['count'])} {e['what']}", f"**{n(e['bytes_each'])} B**"] for e in d["entries"]],
+        )
+    if d.get("every_bound_full"):
+        out += "\n" + table(
+            [
+                "every bound full: maxActiveSeries, --max-key-bytes",
+                "candidates",
+                "+ keys at every limit",
+                "+ series and their pending creates",
+                "heap in all",
+            ],
+            [
+                [
+                    f"{n(b['max_active_series'])}, {b['key_mib']} MiB",
+                    f"{b['candidates_mib']} MiB",
+                    f"{b['at_limit_mib']} MiB",
+                    f"{b['series_pending_mib']} MiB",
+                    f"**{b['all_mib']} MiB**",
+                ]
+                for b in d["every_bound_full"]
+            ],
+        )
     rows = [
         [
             f"{n(r['series'])} series, {n(r['listed_raw'])} raw events, buffer {r['buffer_mib']} MiB",
