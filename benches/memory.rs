@@ -72,10 +72,14 @@ fn main() {
     }
     candidates(200_000);
     pending_writes(100_000);
-    // The old defaults (maxActiveSeries, --max-key-bytes), today's series bound with the old key
-    // bytes, and today's defaults.
-    for (m, key_mib) in [(100_000, 64), (50_000, 64), (50_000, 32)] {
-        every_bound_full(m, key_mib << 20);
+    // The old defaults (maxActiveSeries, --max-key-bytes, --max-pending-writes), today's series
+    // and pending bounds with the old key bytes, and today's defaults.
+    for (m, key_mib, pending) in [
+        (100_000, 64, 200_000),
+        (50_000, 64, 50_000),
+        (50_000, 32, 50_000),
+    ] {
+        every_bound_full(m, key_mib << 20, pending);
     }
     // The old default, then today's (`--restart-buffer-bytes`).
     for mib in [64, 8] {
@@ -151,13 +155,14 @@ fn pending_writes(n: usize) {
     );
 }
 
-/// Heap with every bound of the engine and the writer full at once, `maxActiveSeries` at `m` and the
-/// rest at their defaults, filled in the order `just bench-bound` fills them on a real cluster:
-/// `2m` one-off keys (the candidates) in 10 namespaces, 15,000 one-off keys at every field limit in
-/// 5 namespaces (past `--max-key-bytes`), then `m` new series over 100 namespaces whose creates all
-/// wait in the writer's queue (a storm the writer, at `--qps`, takes many minutes to write).
-/// Alerts and the restart buffer are the shell's, not counted here.
-fn every_bound_full(m: usize, key_bytes: usize) {
+/// Heap with every bound of the engine and the writer full at once: `maxActiveSeries` at `m`,
+/// `--max-key-bytes` and `--max-pending-writes` as given, the rest at their defaults, filled in the
+/// order `just bench-bound` fills them on a real cluster: `2m` one-off keys (the candidates) in 10
+/// namespaces, 15,000 one-off keys at every field limit in 5 namespaces (past `--max-key-bytes`),
+/// then `m` new series over 100 namespaces whose creates all wait in the writer's queue (a storm
+/// the writer, at `--qps`, takes many minutes to write). Alerts and the restart buffer are the
+/// shell's, not counted here.
+fn every_bound_full(m: usize, key_bytes: usize, max_pending: usize) {
     use event_series::writer::queue::Queue;
     use event_series_core::engine::EngineConfig;
     use event_series_core::settings::PolicySet;
@@ -172,8 +177,8 @@ fn every_bound_full(m: usize, key_bytes: usize) {
         ..Default::default()
     };
     let mut engine = Engine::new(PolicySet::uniform(settings), config);
-    // --max-pending-writes and --max-pending-writes-per-namespace at their defaults.
-    let mut queue = Queue::new(200_000, 50_000);
+    // --max-pending-writes-per-namespace at its default.
+    let mut queue = Queue::new(max_pending, 50_000);
     let start = std::time::Instant::now();
     let base = LIVE.load(Ordering::Relaxed);
     PEAK.store(base, Ordering::Relaxed);

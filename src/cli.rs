@@ -104,7 +104,7 @@ pub struct RunArgs {
     #[arg(long, default_value = "6m", value_parser = duration::parse_value)]
     pub series_window: TimeDelta,
     /// Default maxActiveSeries where no EventSeriesPolicy applies. Each 10,000 series more need
-    /// about 25 MiB more memory limit.
+    /// about 30 MiB more memory limit (docs/HOW-IT-WORKS.md, Memory is bounded).
     #[arg(long, default_value_t = Settings::default().max_active_series as u64,
           value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub max_active_series: u64,
@@ -143,7 +143,7 @@ pub struct RunArgs {
     /// at its share (this bound divided by their number) has its new writes shed and counted
     /// (event_series_writes_shed_total); one under it always finds room, at the cost of the newest
     /// write of the namespace holding the most. Intake never waits for the writer.
-    #[arg(long, default_value_t = 200_000)]
+    #[arg(long, default_value_t = 50_000)]
     pub max_pending_writes: usize,
     /// Most series of one namespace with a write pending, whatever its share.
     #[arg(long, default_value_t = 50_000)]
