@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `just bench-bound`: the default bound at its real size, with every other bound full at once.
-# bench/heartbeats.sh scales the bound by ten; this runs it as shipped: SERIES (100,000, the default
+# bench/heartbeats.sh scales a bound above the pace by ten; this runs the default as shipped: SERIES (50,000, the default
 # maxActiveSeries) loops, each an occurrence every ROTATE_S (300) seconds, so that none finishes
 # under the default finishAfter (6m), spread over NAMESPACES (100) namespaces, under the default
 # policy and flags (heartbeatInterval 30m, firstRefresh 1m, --qps 50, --burst 100, --event-ttl 1h on
@@ -8,32 +8,32 @@
 # a series object not written again within the hour is gone.
 #
 # The other bounds are filled too, before the loops start:
-# - candidates: LONE (200,000) one-off events in 10 namespaces, as many as the candidate table holds
+# - candidates: LONE (100,000) one-off events in 10 namespaces, as many as the candidate table holds
 #   (twice maxActiveSeries);
 # - key bytes: LONE_AT_LIMIT (15,000) one-off events whose every key field is at its API limit, in 5
-#   namespaces: about 84 MB of keys and notes against --max-key-bytes 64Mi. These namespaces hold
+#   namespaces: about 69 MB of keys and notes against --max-key-bytes 32Mi. These namespaces hold
 #   the most bytes, so the budget gives up their keys, never the loops';
 # - alerts: a policy alerting on every loop, with the default --max-alerts 10,000 and
 #   --max-alerts-per-namespace 100 (100 namespaces fill it), posted to an Alertmanager URL where
 #   nothing listens, so that the outbox fills and its posts are retried throughout;
-# - pending writes: 100,000 creates at --qps 50 keep up to every series' write pending;
+# - pending writes: 50,000 creates at --qps 50 keep up to every series' write pending;
 # - the restart buffer: at the end the operator is restarted (SIGTERM, a new process) beside
 #   everything stored, and the new process's first list goes through --restart-buffer-bytes (8Mi).
 #
-# MINUTES (125) from the start of the loops: the creates (about 35 min at --qps 50), then a
+# MINUTES (110) from the start of the loops: the creates (about 17 min at --qps 50), then a
 # heartbeat cycle (30m) and the TTL (1h). Every 30 s: the operator's RSS and peak (VmHWM), writes
 # pending, creates, patches and patches answered 404 (an object gone); every 30 min the series
 # objects stored (a list that reads every stored Event, so not more often). Then, from the API server's audit log, every series object's longest time between
 # two writes (an object not written since: to the end of the log) against the TTL, and the
 # occurrences counted against those written. Result: bench/results/bound/<date>.json; a line on
-# stdout. About 2 h 20 min.
+# stdout. About 2 h.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$ROOT/bench/lib.sh"
 
-SERIES="${SERIES:-100000}" NAMESPACES="${NAMESPACES:-100}" ROTATE_S="${ROTATE_S:-300}"
-LONE="${LONE:-200000}" LONE_AT_LIMIT="${LONE_AT_LIMIT:-15000}" MINUTES="${MINUTES:-125}"
+SERIES="${SERIES:-50000}" NAMESPACES="${NAMESPACES:-100}" ROTATE_S="${ROTATE_S:-300}"
+LONE="${LONE:-100000}" LONE_AT_LIMIT="${LONE_AT_LIMIT:-15000}" MINUTES="${MINUTES:-110}"
 TTL_S=3600 LIMIT_MIB=256
 need_loader
 OP_PID='' LOAD_PID=''
@@ -145,7 +145,7 @@ out="bench/results/bound/$(date -u +%Y%m%dT%H%M%SZ).json"
 jq -n --arg commit "$BENCH_COMMIT" --argjson machine "$machine" \
   --argjson series "$SERIES" --argjson namespaces "$NAMESPACES" --argjson rotate "$ROTATE_S" \
   --argjson lone "$LONE" --argjson at_limit "$LONE_AT_LIMIT" --argjson minutes "$MINUTES" \
-  --arg flags "defaults (--qps 50 --burst 100 --event-ttl 1h --max-key-bytes 64Mi --max-alerts 10000 --restart-buffer-bytes 8Mi), --alertmanager-url to a closed port; policy: default times, alert minCount 2; apiserver --event-ttl 1h" \
+  --arg flags "defaults (--qps 50 --burst 100 --event-ttl 1h --max-key-bytes 32Mi --max-alerts 10000 --restart-buffer-bytes 8Mi), --alertmanager-url to a closed port; policy: default times, alert minCount 2; apiserver --event-ttl 1h" \
   --argjson max_rss "$max_rss" --argjson hwm_first "$hwm_first" --argjson hwm_second "$hwm_second" \
   --argjson rss_second "$rss_second" --argjson ready_s "$ready_s" --argjson max_pending "$max_pending" \
   --argjson stored_min "$stored_min" --argjson written "$written" --argjson counted "$counted" \

@@ -52,8 +52,19 @@ per_series = re.compile(r"memory/(\d+) active series: (\d+) bytes heap per serie
 restart = re.compile(r"memory/restart of (\d+) series and (\d+) listed raw events, buffer (\d+) MiB: heap"
                      r" ([\d.]+) MiB once the series are restored, peak ([\d.]+) MiB, ([\d.]+) MiB after the"
                      r" recovery, ([\d.]+) MiB after a tick and housekeeping")
+entry = re.compile(r"memory/(\d+) (candidates|pending writes): (\d+) bytes heap per (?:candidate|pending write)")
+full = re.compile(r"memory/every bound full at (\d+) series, key bytes (\d+) MiB: ([\d.]+) MiB of candidates,"
+                  r" ([\d.]+) MiB more with keys at every limit, ([\d.]+) MiB more with the series and their"
+                  r" pending creates; ([\d.]+) MiB in all, peak ([\d.]+) MiB \((\d+) series, (\d+) pending")
+entries, bounds = [], []
 for line in open(memory_txt):
-    if m := per_series.search(line):
+    if m := entry.search(line):
+        entries.append({"what": m[2], "count": int(m[1]), "bytes_each": int(m[3])})
+    elif m := full.search(line):
+        bounds.append({"max_active_series": int(m[1]), "key_mib": int(m[2]), "candidates_mib": float(m[3]),
+                       "at_limit_mib": float(m[4]), "series_pending_mib": float(m[5]), "all_mib": float(m[6]),
+                       "peak_mib": float(m[7]), "series": int(m[8]), "pending": int(m[9])})
+    elif m := per_series.search(line):
         heap.append({"series": int(m[1]), "bytes_per_series": int(m[2]), "beyond_strings": int(m[3]),
                      "mib_all": float(m[4])})
     elif m := restart.search(line):
@@ -63,7 +74,8 @@ for line in open(memory_txt):
 if not heap or not restarts:
     sys.exit(f"benches/memory.rs printed no figures this script knows ({memory_txt})")
 print(json.dumps({"commit": commit, "machine": machine, "flags": args or "criterion defaults",
-                  "loadavg_at_end": load_end, "benchmarks": benchmarks, "heap": heap, "restarts": restarts},
+                  "loadavg_at_end": load_end, "benchmarks": benchmarks, "heap": heap, "restarts": restarts,
+                  "entries": entries, "every_bound_full": bounds},
                  indent=1))
 PY
 log "wrote $out"

@@ -79,11 +79,12 @@ KUBECONFIG="$KUBECONFIG_FILE" "$LOADER" --concurrency 48 seed --count "$SERIES" 
 seed_s=$((SECONDS - t0))
 log "stored $SERIES raw events that are series in $seed_s s"
 
+# 100,000 series, twice the default bound (--max-active-series, where no policy applies).
 FLAGS=(--leader-elect --lease-namespace event-series-system --qps 2000 --burst 2000
-  --finish-after 2h --series-window 2h --heartbeat-interval 2h)
+  --finish-after 2h --series-window 2h --heartbeat-interval 2h --max-active-series "$SERIES")
 
 # A real Alertmanager that notifies nobody, and a policy that makes every stored series' loop an
-# alert (the loader's namespaces bench-0 ... bench-9), with the same times as the flags above.
+# alert (the loader's namespaces bench-0 ... bench-9), with the same times and bound as the flags above.
 if [ "$ALERTS" = 1 ]; then
   silent_alertmanager 127.0.0.1
   FLAGS+=(--alertmanager-url "$AM_URL" --max-alerts-per-namespace 1000)
@@ -100,6 +101,7 @@ spec:
   firstRefresh: "0"
   finishAfter: 2h
   seriesWindow: 2h
+  maxActiveSeries: $SERIES
   alert:
     minCount: 2
 EOF

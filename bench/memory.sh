@@ -38,7 +38,8 @@ trap 'stop_pid "$OP_PID"; cluster_stop' EXIT
 cluster_start memory EVENT_TTL=3h
 k apply --server-side -f "$ROOT/crds/eventseries.dev_eventseriespolicies.yaml" >/dev/null
 k wait --for=condition=Established --timeout=60s crd/eventseriespolicies.eventseries.dev >/dev/null
-OPFLAGS=(--qps 2000 --burst 2000 --finish-after 2h --series-window 2h --heartbeat-interval 2h)
+# 100,000 series, twice the default bound (--max-active-series, where no policy applies).
+OPFLAGS=(--qps 2000 --burst 2000 --finish-after 2h --series-window 2h --heartbeat-interval 2h --max-active-series 100000)
 creates() { op_metric 'event_series_api_requests_total{verb="create",code="201"}'; }
 # writes: every API request the operator's writer made (all verbs and codes).
 writes() {

@@ -94,10 +94,11 @@ machine="$(machine_json)"
 
 silent_alertmanager "$NODE_IP"
 
+# SERIES (100,000) series, above the default bound (--max-active-series, where no policy applies).
 # OPERATOR_ARGS: more arguments, word-split (e.g. --log-level=info,event_series::writer=debug).
 # shellcheck disable=SC2206
 FLAGS=(--qps=2000 --burst=2000 --heartbeat-interval=2h --finish-after=2h --series-window=2h --first-refresh=0
-  --event-ttl=3h "--alertmanager-url=$AM_URL" "--alert-resend-interval=$ALERT_RESEND" ${OPERATOR_ARGS:-})
+  "--max-active-series=$SERIES" --event-ttl=3h "--alertmanager-url=$AM_URL" "--alert-resend-interval=$ALERT_RESEND" ${OPERATOR_ARGS:-})
 k apply -k config/default >/dev/null
 dep_args="$(kd get deployment event-series -o jsonpath='{.spec.template.spec.containers[0].args}')"
 # The Deployment's arguments, each of FLAGS replacing one of the same name.

@@ -479,6 +479,11 @@ def bound(d):
                 f"under {goal_mib} MiB",
             ],
             [
+                "RSS once every series was created / at the end of the loops",
+                "{} / {} MiB".format(*bound_rss(d)),
+                "",
+            ],
+            [
                 "restart: Ready after / RSS a minute later",
                 "{} s / {} MiB".format(n(r["ready_s"]), mib(r["rss_kib_after_a_minute"])),
                 "",
@@ -486,6 +491,14 @@ def bound(d):
             ["machine idle / steal over the run (%)", cpu_idle_steal(d.get("samples", [])), ""],
         ],
     )
+
+
+def bound_rss(d):
+    """The operator's RSS (MiB) at the first sample with every series created, and at the last."""
+    samples = d.get("samples", [])
+    created = next((x for x in samples if x["creates"] >= d["series"]), None)
+    mib = lambda x: n(x["rss_kib"] / 1024, 1) if x else "-"
+    return mib(created), mib(samples[-1] if samples else None)
 
 
 def engine(d):
@@ -526,6 +539,31 @@ def heap(d):
     out = table(
         ["active series", "heap per series", "beyond the strings it carries (target ≤ 512 B)", "heap for all"], rows
     )
+    if d.get("entries"):
+        out += "\n" + table(
+            ["what the engine and the writer hold", "heap each"],
+            [[f"{n(e['count'])} {e['what']}", f"**{n(e['bytes_each'])} B**"] for e in d["entries"]],
+        )
+    if d.get("every_bound_full"):
+        out += "\n" + table(
+            [
+                "every bound full: maxActiveSeries, --max-key-bytes (writes pending)",
+                "candidates",
+                "+ keys at every limit",
+                "+ series and their pending creates",
+                "heap in all",
+            ],
+            [
+                [
+                    f"{n(b['max_active_series'])}, {b['key_mib']} MiB ({n(b['pending'])})",
+                    f"{b['candidates_mib']} MiB",
+                    f"{b['at_limit_mib']} MiB",
+                    f"{b['series_pending_mib']} MiB",
+                    f"**{b['all_mib']} MiB**",
+                ]
+                for b in d["every_bound_full"]
+            ],
+        )
     rows = [
         [
             f"{n(r['series'])} series, {n(r['listed_raw'])} raw events, buffer {r['buffer_mib']} MiB",

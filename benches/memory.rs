@@ -1,11 +1,12 @@
-//! Bytes of heap per active series, measured with a counting allocator: total heap growth while
-//! 100,000 series are created, minus the string bytes those series carry (key fields and note); and
-//! the peak heap of a restart's replay of stored raw events at two restart buffer sizes. Prints one
-//! line per figure; `just bench` runs it.
+//! Bytes of heap, measured with a counting allocator: per active series (total heap growth while
+//! 100,000 series are created, minus the string bytes those series carry: key fields and note), per
+//! candidate and per pending write; the engine and the writer with every bound full at once, at
+//! the default bounds and at the old ones; and the peak heap of a restart's replay of stored raw
+//! events at two restart buffer sizes. Prints one line per figure; `just bench` runs it.
 
 mod common;
 
-use common::{kubelet_backoff, t0};
+use common::{kubelet_backoff, kubelet_backoff_in, t0};
 use event_series_core::engine::Engine;
 use event_series_core::key;
 use event_series_core::settings::Settings;
@@ -69,10 +70,157 @@ fn main() {
         );
         assert_eq!(engine.active_series(), n);
     }
+    candidates(200_000);
+    pending_writes(100_000);
+    // The old defaults (maxActiveSeries, --max-key-bytes, --max-pending-writes), today's series
+    // and pending bounds with the old key bytes, and today's defaults.
+    for (m, key_mib, pending) in [
+        (100_000, 64, 200_000),
+        (50_000, 64, 50_000),
+        (50_000, 32, 50_000),
+    ] {
+        every_bound_full(m, key_mib << 20, pending);
+    }
     // The old default, then today's (`--restart-buffer-bytes`).
     for mib in [64, 8] {
         replay_peak(mib << 20);
     }
+}
+
+/// `n` kubelet BackOff events of `n` keys, each counting `count` occurrences now, and an engine
+/// whose series bound holds them all.
+fn events_and_engine(n: usize, count: i32) -> (Vec<Event>, Engine) {
+    let events = (0..n).map(|i| kubelet_backoff(i, count, t0())).collect();
+    let engine = Engine::with_settings(Settings {
+        max_active_series: n,
+        ..Default::default()
+    });
+    (events, engine)
+}
+
+/// Heap per candidate: `n` keys seen once each (kubelet BackOff events counting one occurrence),
+/// which the engine keeps until their `seriesWindow` ends in case a second one follows. Counts the
+/// candidate, its raw-count entry and its packed key.
+fn candidates(n: usize) {
+    let now = t0();
+    let (events, mut engine) = events_and_engine(n, 1);
+    let before = LIVE.load(Ordering::Relaxed);
+    for e in &events {
+        if let Ok(o) = key::normalise(e) {
+            engine.observe(now, &o);
+        }
+    }
+    let total = (LIVE.load(Ordering::Relaxed) - before) as f64;
+    println!(
+        "memory/{n} candidates: {:.0} bytes heap per candidate ({:.1} MiB for all)",
+        total / n as f64,
+        total / (1024.0 * 1024.0)
+    );
+    assert_eq!(engine.active_series(), 0);
+}
+
+/// Heap per pending write: the creates of `n` new series held in the writer's queue, as a storm
+/// leaves them while the writer, at `--qps`, catches up (each intent's snapshot with its copy of the
+/// key, the queue's entry, its place in the fair rotation). The intents are pushed as the engine
+/// makes them, as the controller does; what the queue holds is the heap the engine and queue hold
+/// minus what the engine holds alone once the queue is dropped. Also the peak of the two on the
+/// way, which a table's growth (the old table and the new at once) sets.
+fn pending_writes(n: usize) {
+    use event_series::writer::queue::Queue;
+    let now = t0();
+    let (events, mut engine) = events_and_engine(n, 2);
+    let mut queue = Queue::new(2 * n, n);
+    let start = std::time::Instant::now();
+    let before = LIVE.load(Ordering::Relaxed);
+    PEAK.store(before, Ordering::Relaxed);
+    for e in &events {
+        if let Ok(o) = key::normalise(e) {
+            engine.observe(now, &o);
+        }
+        for intent in engine.take_intents() {
+            let _ = queue.push(start, intent);
+        }
+    }
+    let (held, peak) = (LIVE.load(Ordering::Relaxed), PEAK.load(Ordering::Relaxed));
+    assert_eq!(queue.len(), n);
+    drop(queue);
+    let engine_only = LIVE.load(Ordering::Relaxed);
+    let mib = |b: isize| b as f64 / (1024.0 * 1024.0);
+    println!(
+        "memory/{n} pending writes: {:.0} bytes heap per pending write ({:.1} MiB for all); engine and queue {:.1} MiB, peak {:.1} MiB",
+        (held - engine_only) as f64 / n as f64,
+        mib(held - engine_only),
+        mib(held - before),
+        mib(peak - before)
+    );
+}
+
+/// Heap with every bound of the engine and the writer full at once: `maxActiveSeries` at `m`,
+/// `--max-key-bytes` and `--max-pending-writes` as given, the rest at their defaults, filled in the
+/// order `just bench-bound` fills them on a real cluster: `2m` one-off keys (the candidates) in 10
+/// namespaces, 15,000 one-off keys at every field limit in 5 namespaces (past `--max-key-bytes`),
+/// then `m` new series over 100 namespaces whose creates all wait in the writer's queue (a storm
+/// the writer, at `--qps`, takes many minutes to write). Alerts and the restart buffer are the
+/// shell's, not counted here.
+fn every_bound_full(m: usize, key_bytes: usize, max_pending: usize) {
+    use event_series::writer::queue::Queue;
+    use event_series_core::engine::EngineConfig;
+    use event_series_core::settings::PolicySet;
+    use event_series_test_support::raw::at_every_limit;
+    let now = t0();
+    let settings = Settings {
+        max_active_series: m,
+        ..Default::default()
+    };
+    let config = EngineConfig {
+        key_bytes,
+        ..Default::default()
+    };
+    let mut engine = Engine::new(PolicySet::uniform(settings), config);
+    // --max-pending-writes-per-namespace at its default.
+    let mut queue = Queue::new(max_pending, 50_000);
+    let start = std::time::Instant::now();
+    let base = LIVE.load(Ordering::Relaxed);
+    PEAK.store(base, Ordering::Relaxed);
+    let observe = |engine: &mut Engine, e: &Event| {
+        if let Ok(o) = key::normalise(e) {
+            engine.observe(now, &o);
+        }
+    };
+    for i in 0..2 * m {
+        let ns = format!("lone-{}", i % 10);
+        observe(&mut engine, &kubelet_backoff_in(&ns, 1_000_000 + i, 1, now));
+    }
+    let candidates = LIVE.load(Ordering::Relaxed);
+    for i in 0..15_000 {
+        let ns = format!("limit-{}", i % 5);
+        observe(
+            &mut engine,
+            &at_every_limit(&ns, &format!("limit-{i}"), &format!("p{i}"), 1),
+        );
+    }
+    let keys = LIVE.load(Ordering::Relaxed);
+    for i in 0..m {
+        let ns = format!("loops-{}", i % 100);
+        observe(&mut engine, &kubelet_backoff_in(&ns, i, 2, now));
+        for intent in engine.take_intents() {
+            let _ = queue.push(start, intent);
+        }
+    }
+    let (all, peak) = (LIVE.load(Ordering::Relaxed), PEAK.load(Ordering::Relaxed));
+    let mib = |from: isize, to: isize| (to - from) as f64 / (1024.0 * 1024.0);
+    println!(
+        "memory/every bound full at {m} series, key bytes {} MiB: {:.1} MiB of candidates, {:.1} MiB more with keys at every limit, {:.1} MiB more with the series and their pending creates; {:.1} MiB in all, peak {:.1} MiB ({} series, {} pending, key bytes {:.1} MiB)",
+        key_bytes >> 20,
+        mib(base, candidates),
+        mib(candidates, keys),
+        mib(keys, all),
+        mib(base, all),
+        mib(base, peak),
+        engine.active_series(),
+        queue.len(),
+        engine.key_bytes().0 as f64 / (1024.0 * 1024.0)
+    );
 }
 
 /// Peak heap of a restart, as a standby goes through it: an empty engine restores 100,000 series
@@ -88,6 +236,7 @@ fn replay_peak(budget: usize) {
     let old = now - chrono::TimeDelta::minutes(150);
     let metrics = Metrics::default();
     let settings = Settings {
+        max_active_series: 100_000,
         series_window: chrono::TimeDelta::hours(2),
         finish_after: chrono::TimeDelta::hours(2),
         ..Default::default()

@@ -103,6 +103,11 @@ pub struct RunArgs {
     /// Default seriesWindow where no EventSeriesPolicy applies.
     #[arg(long, default_value = "6m", value_parser = duration::parse_value)]
     pub series_window: TimeDelta,
+    /// Default maxActiveSeries where no EventSeriesPolicy applies. Each 10,000 series more need
+    /// about 30 MiB more memory limit (docs/HOW-IT-WORKS.md, Memory is bounded).
+    #[arg(long, default_value_t = Settings::default().max_active_series as u64,
+          value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub max_active_series: u64,
     /// Client-side limit on API writes per second.
     #[arg(long, default_value_t = 50.0)]
     pub qps: f64,
@@ -138,7 +143,7 @@ pub struct RunArgs {
     /// at its share (this bound divided by their number) has its new writes shed and counted
     /// (event_series_writes_shed_total); one under it always finds room, at the cost of the newest
     /// write of the namespace holding the most. Intake never waits for the writer.
-    #[arg(long, default_value_t = 200_000)]
+    #[arg(long, default_value_t = 50_000)]
     pub max_pending_writes: usize,
     /// Most series of one namespace with a write pending, whatever its share.
     #[arg(long, default_value_t = 50_000)]
@@ -172,7 +177,7 @@ pub struct RunArgs {
     /// candidates, then its series (written Finished, counted in
     /// event_series_series_evicted_total{reason="key_bytes"}).
     /// A number of bytes, or with Ki, Mi or Gi.
-    #[arg(long, default_value = "64Mi", value_parser = paging::parse_bytes)]
+    #[arg(long, default_value = "32Mi", value_parser = paging::parse_bytes)]
     pub max_key_bytes: usize,
     /// Watch and write in this namespace only (default: the whole cluster).
     #[arg(long)]
@@ -332,6 +337,7 @@ impl RunArgs {
             first_refresh: self.first_refresh,
             finish_after: self.finish_after,
             series_window: self.series_window,
+            max_active_series: usize::try_from(self.max_active_series).unwrap_or(usize::MAX),
             ..Settings::default()
         }
     }
@@ -420,6 +426,21 @@ mod tests {
         match Cli::try_parse_from(args).expect("parses").command {
             Command::Run(args) => *args,
             other => panic!("not run: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_series_bound_where_no_policy_applies_is_a_flag() {
+        assert_eq!(
+            run_args(&[]).settings().max_active_series,
+            Settings::default().max_active_series
+        );
+        let raised = run_args(&["--max-active-series", "100000"]).settings();
+        assert_eq!(raised.max_active_series, 100_000);
+        assert_eq!(raised.max_candidates(), 200_000);
+        for bad in ["0", "-1", "lots", "10000001"] {
+            let e = Cli::try_parse_from(["event-series", "run", "--max-active-series", bad]);
+            assert!(e.is_err(), "--max-active-series {bad} is refused");
         }
     }
 

@@ -41,7 +41,11 @@ impl Default for Settings {
             series_window: TimeDelta::minutes(6),
             include_note: false,
             filter: MatchFilter::default(),
-            max_active_series: 100_000,
+            // Sized with twice as many candidates, their keys within --max-key-bytes and a pending
+            // write each, all full at once, to fit the Deployment's 256 MiB limit
+            // (docs/HOW-IT-WORKS.md, Memory is bounded); at a 30-minute heartbeat it needs 28 writes
+            // a second, under the writer's default pace.
+            max_active_series: 50_000,
             max_active_series_per_namespace: usize::MAX,
             alert: None,
         }

@@ -80,7 +80,7 @@ impl Default for WriterConfig {
             qps: 50.0,
             burst: 100,
             concurrency: 8,
-            max_pending: 200_000,
+            max_pending: 50_000,
             max_pending_per_namespace: 50_000,
         }
     }

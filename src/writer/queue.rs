@@ -94,7 +94,9 @@ struct Pending {
     born: u64,
     /// The intents no write has carried yet.
     owed: Owed,
-    delays: backon::ExponentialBackoff,
+    /// The retry delays, made at the first retry: most writes never need one, and a storm holds a
+    /// pending write per new series.
+    delays: Option<Box<backon::ExponentialBackoff>>,
     in_flight: bool,
     /// Waits in [`Queue::deferred`] rather than [`Queue::waiting`].
     deferred: bool,
@@ -128,7 +130,9 @@ fn first_verb(kind: WriteKind) -> Verb {
 }
 
 pub struct Queue {
-    pending: HashMap<Arc<Target>, Pending>,
+    /// Boxed: a storm fills the table with a write per new series, and a table of whole entries
+    /// (over 400 bytes each) would double its largest allocation at every growth.
+    pending: HashMap<Arc<Target>, Box<Pending>>,
     /// The pending writes waiting for their due time (not in flight).
     waiting: Fair<Arc<Target>>,
     /// The same for writes that only refresh a young series early: taken only when nothing in
@@ -238,7 +242,7 @@ impl Queue {
     }
 
     /// Removes `target`'s pending write.
-    fn remove(&mut self, target: &Arc<Target>) -> Option<Pending> {
+    fn remove(&mut self, target: &Arc<Target>) -> Option<Box<Pending>> {
         let p = self.pending.remove(target)?;
         self.counted_out(&target.namespace);
         Some(p)
@@ -301,13 +305,13 @@ impl Queue {
         self.counted_in(&target, seq);
         self.pending.insert(
             target.clone(),
-            Pending {
+            Box::new(Pending {
                 verb: first_verb(intent.kind),
                 owed: Owed::of(&intent),
                 intent,
                 seq,
                 born: seq,
-                delays: delays(),
+                delays: None,
                 in_flight: false,
                 deferred: false,
                 variant,
@@ -317,7 +321,7 @@ impl Queue {
                 urgent_at: None,
                 due_at: now,
                 epoch: 0,
-            },
+            }),
         );
         if let Some(p) = self.pending.get_mut(&target) {
             p.owes_urgently(p.intent.kind, now);
@@ -404,7 +408,7 @@ impl Queue {
                 // A newer state arrived meanwhile: the object exists now, update it.
                 p.verb = Verb::Patch;
                 p.urgent_again(now);
-                p.delays = delays();
+                p.delays = None;
                 Settled::Again {
                     after: Duration::ZERO,
                 }
@@ -427,7 +431,8 @@ impl Queue {
                 }
             }
             Next::Retry { at_least } => {
-                let backoff = p.delays.next().unwrap_or(Duration::from_secs(60));
+                let delays = p.delays.get_or_insert_with(|| Box::new(delays()));
+                let backoff = delays.next().unwrap_or(Duration::from_secs(60));
                 Settled::Again {
                     after: backoff.max(at_least),
                 }

@@ -109,7 +109,7 @@ async fn bad_policies_are_refused_by_the_api_server_naming_the_field() -> Result
     assert_eq!(p.spec.heartbeat_interval, "30m");
     assert_eq!(p.spec.finish_after, "6m");
     assert_eq!(p.spec.series_window, "6m");
-    assert_eq!(p.spec.max_active_series, 100_000);
+    assert_eq!(p.spec.max_active_series, 50_000);
     assert_eq!(p.spec.first_refresh, "1m");
     // Early refreshes can be turned off.
     for off in ["\"0\"", "0s"] {

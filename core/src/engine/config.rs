@@ -35,12 +35,15 @@ impl Default for EngineConfig {
             raw_capacity: 262_144,
             dormant_retention: TimeDelta::hours(1),
             clock_tolerance: TimeDelta::minutes(10),
-            // 3/4 of the writer's default 50 per second, 3/4 of the default event TTL (1h): the
-            // default bound, 100,000 series, then heartbeats every 45 minutes at 37 per second.
+            // 3/4 of the writer's default 50 per second, 3/4 of the default event TTL (1h): 67,500
+            // series at most heartbeat every 30 minutes, more (a policy above the default bound of
+            // 50,000) are spaced out up to every 45 minutes.
             heartbeat_rate: 37.5,
             heartbeat_ceiling: TimeDelta::minutes(45),
-            // A quarter of the Deployment's 256 MiB limit: 100,000 keys of 670 bytes each.
-            key_bytes: 64 << 20,
+            // An eighth of the Deployment's 256 MiB limit: the default bound's 150,000 keys (50,000
+            // series, 100,000 candidates) at about 220 bytes each with their notes; where keys are
+            // longer, the namespace holding the most bytes gives up candidates first.
+            key_bytes: 32 << 20,
         }
     }
 }
