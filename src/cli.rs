@@ -143,10 +143,10 @@ pub struct RunArgs {
     /// at its share (this bound divided by their number) has its new writes shed and counted
     /// (event_series_writes_shed_total); one under it always finds room, at the cost of the newest
     /// write of the namespace holding the most. Intake never waits for the writer.
-    #[arg(long, default_value_t = 50_000)]
+    #[arg(long, default_value_t = WriterConfig::default().max_pending)]
     pub max_pending_writes: usize,
     /// Most series of one namespace with a write pending, whatever its share.
-    #[arg(long, default_value_t = 50_000)]
+    #[arg(long, default_value_t = WriterConfig::default().max_pending_per_namespace)]
     pub max_pending_writes_per_namespace: usize,
     /// How far an event's own timestamp may lie from the operator's clock and still time its
     /// occurrence; beyond it, the occurrence is timed by its arrival. Also how far in the future a
