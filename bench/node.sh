@@ -11,7 +11,9 @@
 # writes, attributed by user agent from the apiserver's audit log; for the whole cluster, the
 # apiserver's own /metrics (apiserver_request_total, every write verb and code; other writers there:
 # the scheduler, kube-proxy, event-series' series of the node and its own Pods). Raw occurrences come
-# from the kubelet's own objects. Needs what hack/cluster-up-node.sh needs (Linux, root,
+# from the kubelet's own objects. End to end, from the audit log's timestamps: the kubelet's write of an
+# occurrence to the series write that first shows it (create, refresh), and each finish's lateness
+# past finishAfter, "quiet" once the Pods were deleted (bench/scale_figures.py). Needs what hack/cluster-up-node.sh needs (Linux, root,
 # containerd...). Results: bench/results/node/<date>.json and one line on stdout.
 set -euo pipefail
 
@@ -73,6 +75,7 @@ while [ $((SECONDS - start)) -lt $((MINUTES * 60)) ]; do
   fi
 done
 read -r core1 ev1 <<<"$(api_writes)"
+stopped_at="$(date +%s.%N)"
 for ns in "${NAMESPACES[@]}"; do
   restarts[$ns]="$(k -n "$ns" get pod crash -o jsonpath='{.status.containerStatuses[0].restartCount}')"
   k -n "$ns" delete pod crash --wait=false >/dev/null
@@ -93,7 +96,7 @@ done
 [ "$ongoing" -eq 0 ] || die "$ongoing series still Ongoing 15 min after the pods went"
 read -r core2 ev2 <<<"$(api_writes)"
 figures() {
-  python3 bench/node_figures.py summary "$1" "$CLUSTER_DIR/audit.log" "${restarts[$1]}" "${stale_s[$1]}" "${stale_n[$1]}"
+  python3 bench/node_figures.py summary "$1" "$CLUSTER_DIR/audit.log" "${restarts[$1]}" "${stale_s[$1]}" "${stale_n[$1]}" "$stopped_at"
 }
 mkdir -p bench/results/node
 out="bench/results/node/$(date -u +%Y%m%dT%H%M%SZ).json"

@@ -5,9 +5,13 @@
                                     how far its series.lastObservedTime and count lag behind the
                                     kubelet's raw objects of the same reason (what a reader of the
                                     object does not see yet)
-    node_figures.py summary NS AUDIT RESTARTS STALE_S STALE_N
+    node_figures.py summary NS AUDIT RESTARTS STALE_S STALE_N STOPPED_AT
                                     the namespace's figures as one JSON object: writes per writer from
-                                    the apiserver's audit log, the kubelet's occurrences, the series
+                                    the apiserver's audit log, the kubelet's occurrences, the series,
+                                    and end to end from the audit log (bench/scale_figures.py): the
+                                    kubelet's write to the series write that shows it, and finish
+                                    lateness, "quiet" for a finish due after STOPPED_AT (epoch
+                                    seconds, when the Pods were deleted)
 
 Environment: KUBECTL, KUBECONFIG.
 """
@@ -17,6 +21,11 @@ import os
 import subprocess
 import sys
 from datetime import datetime
+
+from scale_figures import audit_writes, series_figures  # bench/, this file's folder, is on sys.path
+
+# finishAfter of both namespaces' policies (the default; bench/node.sh changes only firstRefresh).
+FINISH_AFTER = 360
 
 
 def get(ns, *args):
@@ -59,7 +68,7 @@ def staleness(ns):
         print(e["reason"], max(0, round(last - seen)), max(0, count - s.get("count", 1)))
 
 
-def summary(ns, audit, restarts, stale_s, stale_n):
+def summary(ns, audit, restarts, stale_s, stale_n, stopped_at):
     kubelet = operator = 0
     with open(audit) as lines:
         for line in lines:
@@ -75,6 +84,9 @@ def summary(ns, audit, restarts, stale_s, stale_n):
             elif agent.startswith("event-series/") and ref.get("apiGroup") == "events.k8s.io":
                 operator += 1
     items = kubelets(ns)
+    with open(audit) as lines:
+        writes = [w for w in audit_writes(lines) if w[3][0] == ns]
+    raw = get(ns, "events", "-l", "!app.kubernetes.io/managed-by")
     backoff = [e for e in items if e.get("reason") == "BackOff"]
     series = get(ns, "events.v1.events.k8s.io", "-l", "app.kubernetes.io/managed-by=event-series")
 
@@ -101,6 +113,7 @@ def summary(ns, audit, restarts, stale_s, stale_n):
                 "series_objects": len(series),
                 "largest_staleness_s": int(stale_s),
                 "largest_occurrences_not_shown": int(stale_n),
+                "end_to_end": series_figures(raw, series, writes, FINISH_AFTER, float(stopped_at)),
             }
         )
     )
@@ -109,7 +122,7 @@ def summary(ns, audit, restarts, stale_s, stale_n):
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "staleness":
         staleness(sys.argv[2])
-    elif len(sys.argv) == 7 and sys.argv[1] == "summary":
+    elif len(sys.argv) == 8 and sys.argv[1] == "summary":
         summary(*sys.argv[2:])
     else:
         sys.exit(__doc__)

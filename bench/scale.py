@@ -181,6 +181,14 @@ def requests_by(before, after):
     return {key: round(v) for key, v in sorted(out.items()) if v >= 1}
 
 
+def probes(before, after):
+    """The operator's completeness probes between two scrapes, per result (watch_probes_total)."""
+    return {
+        result: increase(before, after, "event_series_watch_probes_total", result=result)
+        for result in ("quiet", "changes", "behind", "failed")
+    }
+
+
 def quantile(m, kind, q):
     """The q-quantile of event_series_write_latency_seconds{kind}, interpolated linearly within its
     bucket (as PromQL's histogram_quantile does)."""
@@ -297,6 +305,7 @@ class Run:
         self.samples = []
         # The apiserver's /metrics and /proc/stat at the window's end, where the drain starts.
         self.after_window = ({}, None)
+        self.operator_after_window = {}
 
     def cpu(self):
         return {name: cpu_seconds(pid) for name, pid in self.procs.items() if pid}
@@ -473,7 +482,10 @@ class Run:
                     kind: increase(op0, op1, "event_series_write_latency_seconds_count", kind=kind)
                     for kind in ("create", "refresh", "heartbeat", "finish")
                 },
+                # The completeness probes: one-second metadata watches, in the requests' WATCH count.
+                "probes": probes(op0, op1),
             }
+            self.operator_after_window = op1
         if stopped_at is None:
             stopped_at = time.time()
             self.stop_load()
@@ -486,8 +498,14 @@ class Run:
         # The drain is the quiet part of a step: what the machine and the API server had left.
         api1, stat1 = self.after_window
         api2, stat2 = apiserver_metrics(), machine()
-        out["drain"] = {"machine_cpu": machine_cpu(stat1, stat2), "saturation": saturation(api1, api2)}
         m = operator_metrics()
+        out["drain"] = {
+            "machine_cpu": machine_cpu(stat1, stat2),
+            "saturation": saturation(api1, api2),
+            # What the probes cost the API server while the finishes fell due in a quiet cluster.
+            "probes": probes(self.operator_after_window, m),
+            "requests": requests_by(api1, api2),
+        }
         out["operator_peak_rss_kib"] = status_kib(self.procs["operator"], "VmHWM")
         out["operator_rss_kib_end"] = status_kib(self.procs["operator"], "VmRSS")
         out["latency_s"] = {

@@ -139,10 +139,25 @@ def spread(p, digits, keys=("p50", "p99")):
     return "{} ({})".format(" / ".join(n(float(p[k]), digits) for k in keys), n(p["count"]))
 
 
+def drain_probes(s):
+    """The completeness probes of a step's quiet drain and what the API server served ('-' before the
+    runs that recorded them)."""
+    drain = s.get("drain") or {}
+    p = drain.get("probes")
+    if not p:
+        return "-"
+    return "{}; {}".format(
+        " / ".join(n(p[r]) for r in ("quiet", "changes", "behind", "failed")),
+        n((drain.get("requests") or {}).get("WATCH core/events", 0)),
+    )
+
+
 def scale_latency(d):
     """End to end, from the API server's audit log: an emitter's write to the series write that shows
     it, per kind, and the finish lateness under load and in the quiet drain (bench/scale_figures.py)."""
     rows = []
+    # The runs that recorded the completeness probes get a column for them.
+    probed = any((s.get("drain") or {}).get("probes") for s in d["steps"])
     for s in d["steps"]:
         e = s.get("end_to_end") or {}
         late = e.get("finish_lateness_s") or {}
@@ -157,6 +172,7 @@ def scale_latency(d):
                 spread(late.get("loaded"), 1, ("p50", "p99", "max")),
                 spread(late.get("quiet"), 1, ("p50", "p99", "max")),
             ]
+            + ([drain_probes(s)] if probed else [])
         )
     return table(
         [
@@ -165,7 +181,14 @@ def scale_latency(d):
             "refresh: an occurrence's write to the next write of its series, p50 / p99 (s) (occurrences)",
             "finish lateness under load, p50 / p99 / max (s) (series)",
             "finish lateness in the quiet drain, p50 / p99 / max (s) (series)",
-        ],
+        ]
+        + (
+            [
+                "probes in the drain: quiet / changes / behind / failed; the API server's WATCH requests on core/v1 Events"
+            ]
+            if probed
+            else []
+        ),
         rows,
     )
 
@@ -360,6 +383,19 @@ def scale_bill(d):
                     mean(lambda h: h["writes"]["refresh"]),
                     mean(lambda h: h["writes"]["finish"]),
                 ),
+                "",
+                "",
+            ]
+        )
+    probed = [h["probes"] for h in held if h.get("probes")]
+    if probed:
+        mean = lambda r: n(sum(p[r] for p in probed) / len(probed))
+        rows.append(
+            [
+                "completeness probes in the window, quiet / changes / behind / failed "
+                + "(with, mean; each a one-second WATCH, counted in the requests above)",
+                "",
+                " / ".join(mean(r) for r in ("quiet", "changes", "behind", "failed")),
                 "",
                 "",
             ]
@@ -1014,6 +1050,41 @@ def node(d):
     )
 
 
+def node_latency(d):
+    """`just bench-node` end to end, from the API server's audit log (bench/scale_figures.py): the
+    kubelet's write of an occurrence to the series write that shows it, and each finish's lateness
+    past finishAfter, against the goal of finishAfter + 5 s once the cluster is quiet."""
+    rows = []
+    for ns, v in d["namespaces"].items():
+        e = v["end_to_end"]
+        late = e["finish_lateness_s"]
+        quiet = (late.get("quiet") or {}).get("p99")
+        refresh = spread(e.get("refresh_s"), 1)
+        if e.get("refresh_s"):
+            refresh += "; {} shown only by the finish".format(n(e["occurrences_shown_only_by_the_finish"]))
+        rows.append(
+            [
+                ns,
+                spread(e.get("create_s"), 3),
+                refresh,
+                spread(late.get("loaded"), 1, ("p50", "p99", "max")),
+                spread(late.get("quiet"), 1, ("p50", "p99", "max")),
+                "-" if quiet is None else met(quiet, 5),
+            ]
+        )
+    return table(
+        [
+            "namespace",
+            "create: second occurrence's write to the create, p50 / p99 (s) (series)",
+            "refresh: an occurrence's write to the next write of its series, p50 / p99 (s) (occurrences)",
+            "finish lateness while the loop ran, p50 / p99 / max (s) (series)",
+            "finish lateness after the Pods went, p50 / p99 / max (s) (series)",
+            "quiet p99 against finishAfter + 5 s",
+        ],
+        rows,
+    )
+
+
 def rollout(d):
     """`just bench-rollout`: a `kubectl rollout restart` of the installed operator on the real node
     (bench/rollout.sh): the hand-over timings from the API server's audit log, alerts, counts, RSS."""
@@ -1135,6 +1206,9 @@ def fits(kind, arg, d, current):
         if kind == "failover-standby":
             return "modes" in d and (arg is None or d["stored_raw_events"] == int(arg))
         return "modes" not in d
+    if kind == "node-latency":
+        # The runs before it measured no end-to-end figures.
+        return all("end_to_end" in v for v in d["namespaces"].values())
     if kind == "rollout":
         # A run stopped early has no figures for the table.
         return bool(d.get("completed"))
@@ -1164,6 +1238,7 @@ GENERATORS = {
     "bookmarks": bookmarks,
     "ingest": ingest,
     "node": node,
+    "node-latency": node_latency,
     "rollout": rollout,
 }
 
