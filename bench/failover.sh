@@ -79,9 +79,12 @@ KUBECONFIG="$KUBECONFIG_FILE" "$LOADER" --concurrency 48 seed --count "$SERIES" 
 seed_s=$((SECONDS - t0))
 log "stored $SERIES raw events that are series in $seed_s s"
 
-# 100,000 series, twice the default bound (--max-active-series, where no policy applies).
+# 100,000 series, twice the default bound (--max-active-series, where no policy applies), their creates
+# all queued at once (--max-pending-writes: past the default 50,000 the newest are shed until their
+# next write).
 FLAGS=(--leader-elect --lease-namespace event-series-system --qps 2000 --burst 2000
-  --finish-after 2h --series-window 2h --heartbeat-interval 2h --max-active-series "$SERIES")
+  --finish-after 2h --series-window 2h --heartbeat-interval 2h --max-active-series "$SERIES"
+  --max-pending-writes "$SERIES")
 
 # A real Alertmanager that notifies nobody, and a policy that makes every stored series' loop an
 # alert (the loader's namespaces bench-0 ... bench-9), with the same times and bound as the flags above.

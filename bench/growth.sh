@@ -26,8 +26,11 @@ NS_STEPS="${NS_STEPS:-10 100 1000 10000}" MSG_STEPS="${MSG_STEPS:-100 10000 1000
 need_loader
 OP_PID=''
 trap 'stop_pid "$OP_PID"; cluster_stop' EXIT
-# Up to 100,000 series, twice the default bound (--max-active-series, where no policy applies).
-FLAGS=(--qps 2000 --burst 2000 --finish-after 2h --series-window 2h --heartbeat-interval 2h --max-active-series 100000)
+# Up to 100,000 series, twice the default bound (--max-active-series, where no policy applies), their creates
+# all queued at once (--max-pending-writes: past the default 50,000 the newest are shed until their
+# next write).
+FLAGS=(--qps 2000 --burst 2000 --finish-after 2h --series-window 2h --heartbeat-interval 2h --max-active-series 100000
+  --max-pending-writes 100000)
 load() { KUBECONFIG="$KUBECONFIG_FILE" "$LOADER" --concurrency 48 "$@" >/dev/null; }
 
 fresh() {

@@ -38,8 +38,11 @@ trap 'stop_pid "$OP_PID"; cluster_stop' EXIT
 cluster_start memory EVENT_TTL=3h
 k apply --server-side -f "$ROOT/crds/eventseries.dev_eventseriespolicies.yaml" >/dev/null
 k wait --for=condition=Established --timeout=60s crd/eventseriespolicies.eventseries.dev >/dev/null
-# 100,000 series, twice the default bound (--max-active-series, where no policy applies).
-OPFLAGS=(--qps 2000 --burst 2000 --finish-after 2h --series-window 2h --heartbeat-interval 2h --max-active-series 100000)
+# 100,000 series, twice the default bound (--max-active-series, where no policy applies), their creates
+# all queued at once (--max-pending-writes: past the default 50,000 the newest are shed until their
+# next write).
+OPFLAGS=(--qps 2000 --burst 2000 --finish-after 2h --series-window 2h --heartbeat-interval 2h --max-active-series 100000
+  --max-pending-writes 100000)
 creates() { op_metric 'event_series_api_requests_total{verb="create",code="201"}'; }
 # writes: every API request the operator's writer made (all verbs and codes).
 writes() {
@@ -190,11 +193,11 @@ jq -n --argjson a "$m_small" --argjson b "$r_small" --argjson c "$m_small_after"
   --argjson d "$m_large" --argjson e "$r_large" --argjson f "$m_large_after" \
   --argjson g "$bare_own" --argjson h "$bare_raw" --argjson i "$curl_own" --argjson j "$curl_raw" \
   --arg op "$OPERATOR" \
-  --arg tuning "${EVENT_SERIES_MALLOC_TUNING:-}" \
+  --arg tuning "${EVENT_SERIES_MALLOC_TUNING:-}" --arg flags "${OPFLAGS[*]}" \
   '{memory: [$a, $d], restart: [$b, $e], memory_after_restart: [$c, $f],
     bare_list: {own_series: $g, raw_events: $h}, curl_list: {own_series: $i, raw_events: $j},
     operator: $op, malloc_tuning_env: $tuning,
-    operator_flags: "--qps 2000 --burst 2000 --finish-after 2h --series-window 2h --heartbeat-interval 2h"}' \
+    operator_flags: $flags}' \
   >"$OUT/$NAME.json"
 keep_dated "$NAME" "$OUT/$NAME.json"
 log "done: $OUT/$NAME.json"

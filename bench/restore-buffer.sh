@@ -18,8 +18,11 @@ HISTORY="${HISTORY:-400000}" SERIES="${SERIES:-100000}" ROUNDS="${ROUNDS:-2}" BU
 need_loader
 OP_PID=''
 trap 'kill -9 "$OP_PID" 2>/dev/null || true; cluster_stop' EXIT
-# 100,000 series, twice the default bound (--max-active-series, where no policy applies).
-FLAGS=(--qps 2000 --burst 2000 --finish-after 2h --series-window 2h --heartbeat-interval 2h --max-active-series 100000)
+# 100,000 series, twice the default bound (--max-active-series, where no policy applies), their creates
+# all queued at once (--max-pending-writes: past the default 50,000 the newest are shed until their
+# next write).
+FLAGS=(--qps 2000 --burst 2000 --finish-after 2h --series-window 2h --heartbeat-interval 2h --max-active-series 100000
+  --max-pending-writes 100000)
 
 cluster_start restore-buffer EVENT_TTL=3h \
   "ETCD_EXTRA_ARGS=--quota-backend-bytes=8589934592 --auto-compaction-retention=2h" \

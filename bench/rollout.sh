@@ -94,11 +94,13 @@ machine="$(machine_json)"
 
 silent_alertmanager "$NODE_IP"
 
-# SERIES (100,000) series, above the default bound (--max-active-series, where no policy applies).
+# SERIES (100,000) series, above the default bound (--max-active-series, where no policy applies), their creates
+# all queued at once (--max-pending-writes: past the default 50,000 the newest are shed until their
+# next write).
 # OPERATOR_ARGS: more arguments, word-split (e.g. --log-level=info,event_series::writer=debug).
 # shellcheck disable=SC2206
 FLAGS=(--qps=2000 --burst=2000 --heartbeat-interval=2h --finish-after=2h --series-window=2h --first-refresh=0
-  "--max-active-series=$SERIES" --event-ttl=3h "--alertmanager-url=$AM_URL" "--alert-resend-interval=$ALERT_RESEND" ${OPERATOR_ARGS:-})
+  "--max-active-series=$SERIES" "--max-pending-writes=$SERIES" --event-ttl=3h "--alertmanager-url=$AM_URL" "--alert-resend-interval=$ALERT_RESEND" ${OPERATOR_ARGS:-})
 k apply -k config/default >/dev/null
 dep_args="$(kd get deployment event-series -o jsonpath='{.spec.template.spec.containers[0].args}')"
 # The Deployment's arguments, each of FLAGS replacing one of the same name.
