@@ -42,17 +42,17 @@ def t(s):
     return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
 
 
-def kubelets(ns):
-    return [
-        e
-        for e in get(ns, "events", "-l", "!app.kubernetes.io/managed-by")
-        if (e.get("source") or {}).get("component") == "kubelet"
-    ]
+def raw_events(ns):
+    return get(ns, "events", "-l", "!app.kubernetes.io/managed-by")
+
+
+def kubelets(raw):
+    return [e for e in raw if (e.get("source") or {}).get("component") == "kubelet"]
 
 
 def staleness(ns):
     raw = {}
-    for e in kubelets(ns):
+    for e in kubelets(raw_events(ns)):
         if not e.get("lastTimestamp"):
             continue
         r = raw.setdefault(e["reason"], [0.0, 0])
@@ -83,10 +83,10 @@ def summary(ns, audit, restarts, stale_s, stale_n, stopped_at):
                 kubelet += 1
             elif agent.startswith("event-series/") and ref.get("apiGroup") == "events.k8s.io":
                 operator += 1
-    items = kubelets(ns)
+    raw = raw_events(ns)
+    items = kubelets(raw)
     with open(audit) as lines:
         writes = [w for w in audit_writes(lines) if w[3][0] == ns]
-    raw = get(ns, "events", "-l", "!app.kubernetes.io/managed-by")
     backoff = [e for e in items if e.get("reason") == "BackOff"]
     series = get(ns, "events.v1.events.k8s.io", "-l", "app.kubernetes.io/managed-by=event-series")
 

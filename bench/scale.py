@@ -303,9 +303,9 @@ class Run:
         if with_operator:
             self.procs["operator"] = int(os.environ["OP_PID"])
         self.samples = []
-        # The apiserver's /metrics and /proc/stat at the window's end, where the drain starts.
-        self.after_window = ({}, None)
-        self.operator_after_window = {}
+        # The apiserver's /metrics, /proc/stat and the operator's /metrics at the window's end,
+        # where the drain starts.
+        self.after_window = ({}, None, {})
 
     def cpu(self):
         return {name: cpu_seconds(pid) for name, pid in self.procs.items() if pid}
@@ -485,25 +485,24 @@ class Run:
                 # The completeness probes: one-second metadata watches, in the requests' WATCH count.
                 "probes": probes(op0, op1),
             }
-            self.operator_after_window = op1
         if stopped_at is None:
             stopped_at = time.time()
             self.stop_load()
-        self.after_window = (api1, stat1)
+        self.after_window = (api1, stat1, op1 if self.with_operator else {})
         return out, stopped_at
 
     def after_drain(self, stopped_at):
         """With the operator: the drain, then the operator's figures and every key checked."""
         out = {"drain_s": self.drain()}
         # The drain is the quiet part of a step: what the machine and the API server had left.
-        api1, stat1 = self.after_window
+        api1, stat1, op1 = self.after_window
         api2, stat2 = apiserver_metrics(), machine()
         m = operator_metrics()
         out["drain"] = {
             "machine_cpu": machine_cpu(stat1, stat2),
             "saturation": saturation(api1, api2),
             # What the probes cost the API server while the finishes fell due in a quiet cluster.
-            "probes": probes(self.operator_after_window, m),
+            "probes": probes(op1, m),
             "requests": requests_by(api1, api2),
         }
         out["operator_peak_rss_kib"] = status_kib(self.procs["operator"], "VmHWM")
