@@ -151,6 +151,18 @@ wait_for_creates() {
   done
 }
 
+# wait_for_leader: until the installed operator's Lease (event-series-system/event-series) has a
+# holder, for at most two minutes. `rollout status` returns once the replicas are Ready (warm), but a
+# fresh install has no Lease yet, and a replica creates one only after seeing it missing for a lease
+# duration (15 s): a loop started before then is timed from the install, not by the operator.
+wait_for_leader() {
+  local t0=$SECONDS
+  until [ -n "$(k -n event-series-system get lease event-series -o jsonpath='{.spec.holderIdentity}' 2>/dev/null || true)" ]; do
+    [ $((SECONDS - t0)) -lt 120 ] || die "no replica took the Lease within 120 s"
+    sleep 1
+  done
+}
+
 # silent_alertmanager ADDR: a real Alertmanager on ADDR (a free port) that notifies nobody, its
 # state in CLUSTER_DIR: what the benchmarks count alerts in. Sets AM_PID (for the caller's
 # cleanup), AM_PORT and AM_URL.

@@ -36,6 +36,7 @@ NAMESPACES=(bench bench-norefresh)
 export KUBECTL="$BIN/kubectl" KUBECONFIG="$KUBECONFIG_FILE"
 k apply -k config/default >/dev/null
 k -n event-series-system rollout status deployment/event-series --timeout=180s >&2
+wait_for_leader
 k create namespace bench >/dev/null
 k create namespace bench-norefresh >/dev/null
 k label namespace bench-norefresh bench.eventseries.dev/refresh=off >/dev/null

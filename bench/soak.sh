@@ -27,6 +27,7 @@ KUBECONFIG_FILE="$CLUSTER_DIR/kubeconfig"
 
 k apply -k config/default >/dev/null
 k -n event-series-system rollout status deployment/event-series --timeout=180s >&2
+wait_for_leader
 # A reader of the replicas' /metrics, as Prometheus would be.
 k -n event-series-system create serviceaccount soak-metrics >/dev/null
 k create clusterrolebinding soak-metrics --clusterrole event-series-metrics-reader \
