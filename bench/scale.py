@@ -480,7 +480,7 @@ class Run:
                 },
                 "writes": {
                     kind: increase(op0, op1, "event_series_write_latency_seconds_count", kind=kind)
-                    for kind in ("create", "refresh", "heartbeat", "finish")
+                    for kind in ("create", "heartbeat", "finish")
                 },
                 # The completeness probes: one-second metadata watches, in the requests' WATCH count.
                 "probes": probes(op0, op1),
@@ -513,7 +513,7 @@ class Run:
                 "p99": quantile(m, kind, 0.99),
                 "count": m.get(f'event_series_write_latency_seconds_count{{kind="{kind}"}}'),
             }
-            for kind in ("create", "heartbeat", "refresh", "finish")
+            for kind in ("create", "heartbeat", "finish")
         }
         out["operator"] = {
             name: m.get(name)

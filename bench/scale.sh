@@ -18,6 +18,9 @@
 #        refreshes and finish are in it).
 # WATCH_CACHE=on adds --watch-cache-sizes=events#1000 to every apiserver of the run (default: the
 # apiserver's default, which keeps no watch cache for events).
+# FIRST_REFRESH sets the policy's firstRefresh (default: unset, the policy's default 1m; 0 turns the
+#        early refreshes off): what the early refreshes cost in the bill, side by side with a run at
+#        the default. A run with it set goes to scale-first-refresh-<value>/, not beside the defaults.
 # The steps' apiservers also write every core/v1 Event write to their audit log (AUDIT_CORE_EVENTS):
 # the end-to-end latencies and finish lateness are timed by it, and a key whose count differs can be
 # explained occurrence by occurrence. The bill's do not, so that the bill is not charged for them.
@@ -43,7 +46,10 @@ KWOK="$ROOT/target/tools/bin/kwok"
 [ -x "$KWOK" ] || die "no $KWOK: bash hack/tools.sh kwok"
 [ -x "$BIN/kube-scheduler" ] || die "no $BIN/kube-scheduler: bash hack/build-envtest.sh node"
 [ -x "$OPERATOR" ] || die "no $OPERATOR: cargo build --release"
-OUT="$ROOT/bench/results/scale$([ "${WATCH_CACHE:-default}" = on ] && echo -watch-cache)/$(date -u +%Y%m%dT%H%M%SZ)"
+FIRST_REFRESH="${FIRST_REFRESH:-}"
+case "$FIRST_REFRESH" in '' | 0 | [1-9]*[smh]) ;; *) die "FIRST_REFRESH must be 0 or a duration such as 90s, not '$FIRST_REFRESH'" ;; esac
+OUT="$ROOT/bench/results/scale$([ "${WATCH_CACHE:-default}" = on ] && echo -watch-cache)"
+OUT="$OUT${FIRST_REFRESH:+-first-refresh-$FIRST_REFRESH}/$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$OUT"
 OP_PID=''
 trap 'stop_pid "$OP_PID"; cluster_stop' EXIT
@@ -72,7 +78,7 @@ run() {
 apiVersion: eventseries.dev/v1alpha1
 kind: EventSeriesPolicy
 metadata: {name: default}
-spec: {finishAfter: ${FINISH_AFTER_S}s, seriesWindow: ${SERIES_WINDOW_S}s}
+spec: {finishAfter: ${FINISH_AFTER_S}s, seriesWindow: ${SERIES_WINDOW_S}s${FIRST_REFRESH:+, firstRefresh: "$FIRST_REFRESH"}}
 EOF
     local token sa_kubeconfig="$CLUSTER_DIR/kubeconfig-event-series"
     token="$(k create token event-series -n event-series-system --duration=24h)"
@@ -101,7 +107,8 @@ cat >"$OUT/run.json" <<EOF
  "machine": $(machine_json), "steps": "$STEPS", "bill": "$BILL", "watch_cache": "${WATCH_CACHE:-default}",
  "apiserver_args": "${apiserver_args[*]}", "kwok": "$(cat "$ROOT/target/tools/bin/.kwok.version")",
  "operator_flags": "--leader-elect --log-format=json (config/default) --metrics-secure=false (loopback)",
- "policy": "finishAfter ${FINISH_AFTER_S}s, seriesWindow ${SERIES_WINDOW_S}s",
+ "policy": "finishAfter ${FINISH_AFTER_S}s, seriesWindow ${SERIES_WINDOW_S}s${FIRST_REFRESH:+, firstRefresh $FIRST_REFRESH}",
+ "first_refresh": "${FIRST_REFRESH:-default}",
  "finish_after_s": $FINISH_AFTER_S, "series_window_s": $SERIES_WINDOW_S,
  "load_minutes": $LOAD_MINUTES, "pairs": $PAIRS, "bill_minutes": $BILL_MINUTES}
 EOF
