@@ -312,6 +312,13 @@ class Bill(unittest.TestCase):
             "| API requests | 1,000 (1,000–1,000) | 1,000 (1,000–1,000) | +0 (+0.0 %) | cannot be resolved", text
         )
         self.assertIn("| occurrences (raw Event writes through core/v1) | 400 (400–400) | 400 (400–400) |", text)
+        # The operator labels early refreshes "heartbeat": they are counted, and a file of before that
+        # also says "refresh" (always 0) counts the same.
+        held = {"writes": {"create": 1100, "heartbeat": 3300, "finish": 1101}}
+        runs["bill-with-1"]["operator_in_window"] = held
+        runs["bill-with-2"]["operator_in_window"] = {"writes": {**held["writes"], "refresh": 0}}
+        text = scale_bill({"bill": {"runs": runs}})
+        self.assertIn("| 1,100 / 3,300 / 1,101 |", text)
         # A bill of before the pairs: without-1, with, without-2 and a ratio beside them.
         old = {"bill-without-1": runs["bill-without-1"], "bill-with": runs["bill-with-1"]}
         old["bill-without-2"] = {k: v for k, v in runs["bill-without-2"].items() if k != "apiserver_rss_mib"}
