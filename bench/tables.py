@@ -421,6 +421,12 @@ def scale_bill(d):
                 "",
             ]
         )
+    # A run with FIRST_REFRESH set looks like the defaults' otherwise: the policy says which it was.
+    policy = (d.get("flags") or {}).get("policy")
+    if policy:
+        rows.append(
+            ["the operator's policy (firstRefresh and heartbeatInterval: 1m and 30m unless named)", "", policy, "", ""]
+        )
     return table(
         [
             "",

@@ -319,6 +319,8 @@ class Bill(unittest.TestCase):
         runs["bill-with-2"]["operator_in_window"] = {"writes": {**held["writes"], "refresh": 0}}
         text = scale_bill({"bill": {"runs": runs}})
         self.assertIn("| 1,100 / 3,300 / 1,101 |", text)
+        text = scale_bill({"bill": {"runs": runs}, "flags": {"policy": "finishAfter 180s, firstRefresh 0"}})
+        self.assertIn("| finishAfter 180s, firstRefresh 0 |", text)
         # A bill of before the pairs: without-1, with, without-2 and a ratio beside them.
         old = {"bill-without-1": runs["bill-without-1"], "bill-with": runs["bill-with-1"]}
         old["bill-without-2"] = {k: v for k, v in runs["bill-without-2"].items() if k != "apiserver_rss_mib"}
