@@ -48,7 +48,9 @@ KWOK="$ROOT/target/tools/bin/kwok"
 [ -x "$OPERATOR" ] || die "no $OPERATOR: cargo build --release"
 FIRST_REFRESH="${FIRST_REFRESH:-}"
 case "$FIRST_REFRESH" in '' | 0 | [1-9]*[smh]) ;; *) die "FIRST_REFRESH must be 0 or a duration such as 90s, not '$FIRST_REFRESH'" ;; esac
-OUT="$ROOT/bench/results/scale$([ "${WATCH_CACHE:-default}" = on ] && echo -watch-cache)"
+OUT="$ROOT/bench/results/scale"
+# An `if`, not `[ ] && echo` in a substitution: under `set -e` a false test ending an assignment exits.
+if [ "${WATCH_CACHE:-default}" = on ]; then OUT="$OUT-watch-cache"; fi
 OUT="$OUT${FIRST_REFRESH:+-first-refresh-$FIRST_REFRESH}/$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$OUT"
 OP_PID=''
