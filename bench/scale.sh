@@ -48,6 +48,10 @@ KWOK="$ROOT/target/tools/bin/kwok"
 [ -x "$OPERATOR" ] || die "no $OPERATOR: cargo build --release"
 FIRST_REFRESH="${FIRST_REFRESH:-}"
 case "$FIRST_REFRESH" in '' | 0 | [1-9]*[smh]) ;; *) die "FIRST_REFRESH must be 0 or a duration such as 90s, not '$FIRST_REFRESH'" ;; esac
+# A YAML string: the CRD takes durations as strings, and a bare 0 would be an integer. Built here, since
+# a heredoc's ${:+} would strip the quotes.
+POLICY_FIRST_REFRESH=''
+if [ -n "$FIRST_REFRESH" ]; then POLICY_FIRST_REFRESH=", firstRefresh: '$FIRST_REFRESH'"; fi
 OUT="$ROOT/bench/results/scale"
 # An `if`, not `[ ] && echo` in a substitution: under `set -e` a false test ending an assignment exits.
 if [ "${WATCH_CACHE:-default}" = on ]; then OUT="$OUT-watch-cache"; fi
@@ -80,7 +84,7 @@ run() {
 apiVersion: eventseries.dev/v1alpha1
 kind: EventSeriesPolicy
 metadata: {name: default}
-spec: {finishAfter: ${FINISH_AFTER_S}s, seriesWindow: ${SERIES_WINDOW_S}s${FIRST_REFRESH:+, firstRefresh: "$FIRST_REFRESH"}}
+spec: {finishAfter: ${FINISH_AFTER_S}s, seriesWindow: ${SERIES_WINDOW_S}s$POLICY_FIRST_REFRESH}
 EOF
     local token sa_kubeconfig="$CLUSTER_DIR/kubeconfig-event-series"
     token="$(k create token event-series -n event-series-system --duration=24h)"
