@@ -42,20 +42,35 @@ FINISH_AFTER_S=180
 SERIES_WINDOW_S=180
 BILL_MINUTES="${BILL_MINUTES:-$(awk -v l="$LOAD_MINUTES" -v f="$FINISH_AFTER_S" 'BEGIN { print l + f / 60 + 1 }')}"
 case "$PAIRS" in '' | *[!0-9]* | 0) die "PAIRS must be a whole number of at least 1, not '$PAIRS'" ;; esac
-KWOK="$ROOT/target/tools/bin/kwok"
-[ -x "$KWOK" ] || die "no $KWOK: bash hack/tools.sh kwok"
-[ -x "$BIN/kube-scheduler" ] || die "no $BIN/kube-scheduler: bash hack/build-envtest.sh node"
-[ -x "$OPERATOR" ] || die "no $OPERATOR: cargo build --release"
 FIRST_REFRESH="${FIRST_REFRESH:-}"
 case "$FIRST_REFRESH" in '' | 0 | [1-9]*[smh]) ;; *) die "FIRST_REFRESH must be 0 or a duration such as 90s, not '$FIRST_REFRESH'" ;; esac
 # A YAML string: the CRD takes durations as strings, and a bare 0 would be an integer. Built here, since
 # a heredoc's ${:+} would strip the quotes.
 POLICY_FIRST_REFRESH=''
 if [ -n "$FIRST_REFRESH" ]; then POLICY_FIRST_REFRESH=", firstRefresh: '$FIRST_REFRESH'"; fi
+policy_yaml() {
+  cat <<EOF
+apiVersion: eventseries.dev/v1alpha1
+kind: EventSeriesPolicy
+metadata: {name: default}
+spec: {finishAfter: ${FINISH_AFTER_S}s, seriesWindow: ${SERIES_WINDOW_S}s$POLICY_FIRST_REFRESH}
+EOF
+}
 OUT="$ROOT/bench/results/scale"
 # An `if`, not `[ ] && echo` in a substitution: under `set -e` a false test ending an assignment exits.
 if [ "${WATCH_CACHE:-default}" = on ]; then OUT="$OUT-watch-cache"; fi
 OUT="$OUT${FIRST_REFRESH:+-first-refresh-$FIRST_REFRESH}/$(date -u +%Y%m%dT%H%M%SZ)"
+# SCALE_DRY_RUN=1 prints where a run would write and the policy it would apply, and starts nothing:
+# what bench/test_scale_figures.py checks of this script's settings without a cluster.
+if [ "${SCALE_DRY_RUN:-}" = 1 ]; then
+  printf 'out: %s\n' "$OUT"
+  policy_yaml
+  exit 0
+fi
+KWOK="$ROOT/target/tools/bin/kwok"
+[ -x "$KWOK" ] || die "no $KWOK: bash hack/tools.sh kwok"
+[ -x "$BIN/kube-scheduler" ] || die "no $BIN/kube-scheduler: bash hack/build-envtest.sh node"
+[ -x "$OPERATOR" ] || die "no $OPERATOR: cargo build --release"
 mkdir -p "$OUT"
 OP_PID=''
 trap 'stop_pid "$OP_PID"; cluster_stop' EXIT
@@ -80,12 +95,7 @@ run() {
     k apply --server-side -k "$ROOT/config/default" >/dev/null
     k -n event-series-system scale deployment event-series --replicas=0 >/dev/null
     k wait --for condition=established crd/eventseriespolicies.eventseries.dev --timeout=60s >/dev/null
-    k apply -f - >/dev/null <<EOF
-apiVersion: eventseries.dev/v1alpha1
-kind: EventSeriesPolicy
-metadata: {name: default}
-spec: {finishAfter: ${FINISH_AFTER_S}s, seriesWindow: ${SERIES_WINDOW_S}s$POLICY_FIRST_REFRESH}
-EOF
+    policy_yaml | k apply -f - >/dev/null
     local token sa_kubeconfig="$CLUSTER_DIR/kubeconfig-event-series"
     token="$(k create token event-series -n event-series-system --duration=24h)"
     write_kubeconfig "$sa_kubeconfig" "$API_URL" "$CLUSTER_DIR/certs/ca.crt" event-series token "$token" \

@@ -6,6 +6,7 @@ python3 -m unittest bench/test_scale_figures.py
 import datetime
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -365,3 +366,30 @@ class AloneByTimestamps(unittest.TestCase):
         self.assertEqual(rejudge(row, 180), "exact, lone by design")
         row["raw_spans"] = [["2026-11-29T01:10:06Z", "2026-11-29T01:16:33Z", 9]]
         self.assertEqual(rejudge(row, 180), "differs", "169 s by both: one occurrence lost")
+
+
+class ScriptSettings(unittest.TestCase):
+    """bench/scale.sh's own settings, through its dry run: where it writes, what policy it applies."""
+
+    def dry_run(self, **env):
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scale.sh")
+        keep = {k: v for k, v in os.environ.items() if k not in ("WATCH_CACHE", "FIRST_REFRESH")}
+        done = subprocess.run(
+            ["bash", script],
+            env={**keep, **env, "SCALE_DRY_RUN": "1"},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        self.assertEqual(done.returncode, 0, done.stderr)
+        return done.stdout
+
+    def test_defaults_run(self):
+        out = self.dry_run()
+        self.assertRegex(out, r"out: .*/bench/results/scale/\d{8}T\d{6}Z\n")
+        self.assertIn("spec: {finishAfter: 180s, seriesWindow: 180s}\n", out)
+
+    def test_first_refresh_zero_is_a_string(self):
+        out = self.dry_run(FIRST_REFRESH="0", WATCH_CACHE="on")
+        self.assertRegex(out, r"out: .*/bench/results/scale-watch-cache-first-refresh-0/")
+        self.assertIn("firstRefresh: '0'}", out, "a bare 0 is an integer the CRD refuses")
