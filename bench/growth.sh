@@ -34,10 +34,6 @@ FLAGS=(--qps 2000 --burst 2000 --finish-after 2h --series-window 2h --heartbeat-
 load() { KUBECONFIG="$KUBECONFIG_FILE" "$LOADER" --concurrency 48 "$@" >/dev/null; }
 
 fresh() {
-  # The last point's restarted operator belongs to the cluster about to go: left running, it would
-  # retry against a dead API server for the rest of the run, beside the points measured after it.
-  stop_pid "$OP_PID"
-  OP_PID=''
   cluster_stop 2>/dev/null || true
   cluster_start growth EVENT_TTL=3h "ETCD_EXTRA_ARGS=--quota-backend-bytes=8589934592"
   k apply --server-side -f "$ROOT/crds/eventseries.dev_eventseriespolicies.yaml" >/dev/null

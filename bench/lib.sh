@@ -55,7 +55,11 @@ cluster_start() {
   API_URL="$(. "$CLUSTER_DIR/cluster.env" && echo "$APISERVER_URL")"
 }
 
+# cluster_stop: the operator started by operator_start first, since it belongs to this cluster:
+# left running, it would retry against a dead API server beside whatever the script does next.
 cluster_stop() {
+  stop_pid "${OP_PID:-}"
+  OP_PID=''
   [ -n "${CLUSTER_DIR:-}" ] && ENVTEST_DIR="$CLUSTER_DIR" bash "$ROOT/hack/cluster-down.sh" >/dev/null 2>&1 || true
 }
 
