@@ -94,7 +94,11 @@ fn as_kubectl_series_the_binary_is_get() {
     let dir = std::env::temp_dir().join(format!("event-series-plugin-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let plugin = dir.join("kubectl-series");
-    std::fs::copy(env!("CARGO_BIN_EXE_event-series"), &plugin).expect("copies the binary");
+    // A link, not a copy: executing a file this process just wrote fails with ETXTBSY while a
+    // child another test forks still holds the write descriptor (seen once in CI).
+    let _ = std::fs::remove_file(&plugin);
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_event-series"), &plugin)
+        .expect("links the binary");
     let help = std::process::Command::new(&plugin)
         .arg("--help")
         .output()
