@@ -124,7 +124,7 @@ bench-failover: bench-build
 bench-rollout: bench-build
     bash bench/rollout.sh
 
-# What the restart buffer costs a restore: 400,000 stored raw events and 100,000 series, restarts with --restart-buffer-bytes 64Mi and 8Mi alternating, peak RSS against the steady RSS (bench/restore-buffer.sh; BUFFERS, ROUNDS; about 25 min).
+# What the restart buffer costs a restore: 400,000 stored raw events and 100,000 series, restarts with --restart-buffer-bytes 64Mi and 8Mi alternating, peak RSS against the steady RSS (bench/restore-buffer.sh; BUFFERS, ROUNDS; FLAG and VALUES alternate another flag the same way; about 25 min).
 bench-restore-buffer: bench-build
     bash bench/restore-buffer.sh
 
