@@ -99,10 +99,14 @@ def rejudge(row, window):
     lone = lone_by_design(spans, window)
     if len(spans) == 1:
         lone = max(lone, lone_by_timestamps(spans[0], series, window))
+    verdict = verdict_of({**row, "lone_by_design": lone})
     writes = row.get("writes") or []
-    if len(writes) == row["raw"]:
-        lone = max(lone, lone_in_times(sorted(writes), window))
-    return verdict_of({**row, "lone_by_design": lone})
+    if verdict == "differs" and len(writes) == row["raw"]:
+        # The writes are the other account, judged on their own: a late write can stand alone by
+        # the writes while its timestamp, which the operator went by, joins its series, so the
+        # larger of the two counts can call an exact key short.
+        verdict = verdict_of({**row, "lone_by_design": lone_in_times(sorted(writes), window)})
+    return verdict
 
 
 def tally(raw, series, window=None):
@@ -160,11 +164,14 @@ def explain_by_writes(groups, writes, window):
     only when the key's raw objects were written once per occurrence (a legacy recorder creates, then
     patches count + 1)."""
     for (ns, _), g in groups.items():
-        if verdict_of(g) in ("exact", "lone"):
+        if verdict_of(g) != "differs":
             continue
         times = sorted(t for name in g["names"] for t in writes.get((ns, name), []))
         if len(times) != g["raw"]:
             g["writes_seen"] = len(times)
             continue
-        # The timestamps, where known, are what the operator went by; the writes time the rest.
-        g["lone_by_design"] = max(lone_in_times(times, window), g.get("lone_by_design") or 0)
+        # Only where the timestamps, which the operator went by, do not account for the key: the
+        # writes are judged on their own, never added to them (see `rejudge`).
+        by_writes = lone_in_times(times, window)
+        if verdict_of({**g, "lone_by_design": by_writes}) != "differs":
+            g["lone_by_design"] = by_writes

@@ -367,6 +367,26 @@ class AloneByTimestamps(unittest.TestCase):
         row["raw_spans"] = [["2026-11-29T01:10:06Z", "2026-11-29T01:16:33Z", 9]]
         self.assertEqual(rejudge(row, 180), "differs", "169 s by both: one occurrence lost")
 
+    def test_writes_late_past_the_window_do_not_add_to_the_timestamps_account(self):
+        # A kwok loop of 2026-11-30: the third occurrence stamped 01:01:06, within the window of the
+        # second, but written 42 s late, 184 s after the second's write. By the timestamps one
+        # occurrence (the last) stood alone, by the writes two: the larger count called it short.
+        row = {
+            "raw": 4,
+            "raw_objects": 1,
+            "series": 3,
+            "series_objects": 1,
+            "raw_spans": [["2026-11-30T00:57:38Z", "2026-11-30T01:04:30Z", 4]],
+            "series_spans": [["2026-11-30T00:57:38.000000Z", "2026-11-30T01:01:06.000000Z", 3]],
+            "writes": [262.1, 324.9, 508.1, 694.3],
+        }
+        self.assertEqual(rejudge(row, 180), "exact, lone by design")
+        row["series"] = 1
+        self.assertEqual(rejudge(row, 180), "differs", "two lone by the writes, one by the stamps: not three")
+        row["series"], row["writes"] = 3, [262.1, 324.9, 400.0, 694.3]
+        row["series_spans"] = [["2026-11-30T00:57:38.000000Z", "2026-11-30T01:04:30.000000Z", 3]]
+        self.assertEqual(rejudge(row, 180), "exact, lone by design", "by the writes alone")
+
 
 class ScriptSettings(unittest.TestCase):
     """bench/scale.sh's own settings, through its dry run: where it writes, what policy it applies."""
