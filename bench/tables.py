@@ -856,7 +856,7 @@ def growth_message(pts):
     )
 
 
-def restore_buffer(d):
+def restore_buffer(d, _flag=None):
     mib = lambda kib: n(kib / 1024, 1)
     rows = [
         [
