@@ -828,7 +828,9 @@ def growth_message(pts):
         load = p.get("loader")
         if not load:
             return "not recorded"
-        return "{} ({} failed, {} s)".format(n(load["done"]), n(load["failed"]), n(load["wall_s"], 1))
+        return "{} ({} skipped, {} failed) in {} s".format(
+            n(load["done"]), n(load.get("skipped", 0)), n(load["failed"]), n(load["wall_s"], 1)
+        )
 
     rows = [
         [
@@ -849,7 +851,7 @@ def growth_message(pts):
             "RSS (MiB)",
             "changes counted",
             "planned (rate × seconds + creates)",
-            "loader requests done",
+            "loader: changes written besides the 100 creates (skipped: behind its rate)",
             "CPU per change",
         ],
         rows,
