@@ -337,6 +337,20 @@ if __name__ == "__main__":
     unittest.main()
 
 
+def one_object_key(raw_span, series_span, writes):
+    """A key of one raw object and one series object, as bench/scale.py keeps a "differs" row:
+    spans are (first, last, count)."""
+    return {
+        "raw": raw_span[2],
+        "raw_objects": 1,
+        "series": series_span[2],
+        "series_objects": 1,
+        "raw_spans": [list(raw_span)],
+        "series_spans": [list(series_span)],
+        "writes": writes,
+    }
+
+
 class AloneByTimestamps(unittest.TestCase):
     """The operator times an occurrence by its own timestamp: a starved emitter's late write can put
     two occurrences less than seriesWindow apart by their writes and more by their timestamps."""
@@ -354,15 +368,11 @@ class AloneByTimestamps(unittest.TestCase):
 
     def test_a_key_judged_differs_by_its_writes_is_exact_by_its_timestamps(self):
         # Written 169 s apart, stamped 189 s apart: the last occurrence stood alone.
-        row = {
-            "raw": 9,
-            "raw_objects": 1,
-            "series": 8,
-            "series_objects": 1,
-            "raw_spans": [["2026-11-29T01:10:06Z", "2026-11-29T01:16:53Z", 9]],
-            "series_spans": [["2026-11-29T01:10:06.000000Z", "2026-11-29T01:13:44.000000Z", 8]],
-            "writes": [0, 10, 20, 30, 40, 50, 60, 856.5, 1025.7],
-        }
+        row = one_object_key(
+            ("2026-11-29T01:10:06Z", "2026-11-29T01:16:53Z", 9),
+            ("2026-11-29T01:10:06.000000Z", "2026-11-29T01:13:44.000000Z", 8),
+            [0, 10, 20, 30, 40, 50, 60, 856.5, 1025.7],
+        )
         self.assertEqual(rejudge(row, 180), "exact, lone by design")
         row["raw_spans"] = [["2026-11-29T01:10:06Z", "2026-11-29T01:16:33Z", 9]]
         self.assertEqual(rejudge(row, 180), "differs", "169 s by both: one occurrence lost")
@@ -371,15 +381,11 @@ class AloneByTimestamps(unittest.TestCase):
         # A kwok loop of 2026-11-30: the third occurrence stamped 01:01:06, within the window of the
         # second, but written 42 s late, 184 s after the second's write. By the timestamps one
         # occurrence (the last) stood alone, by the writes two: the larger count called it short.
-        row = {
-            "raw": 4,
-            "raw_objects": 1,
-            "series": 3,
-            "series_objects": 1,
-            "raw_spans": [["2026-11-30T00:57:38Z", "2026-11-30T01:04:30Z", 4]],
-            "series_spans": [["2026-11-30T00:57:38.000000Z", "2026-11-30T01:01:06.000000Z", 3]],
-            "writes": [262.1, 324.9, 508.1, 694.3],
-        }
+        row = one_object_key(
+            ("2026-11-30T00:57:38Z", "2026-11-30T01:04:30Z", 4),
+            ("2026-11-30T00:57:38.000000Z", "2026-11-30T01:01:06.000000Z", 3),
+            [262.1, 324.9, 508.1, 694.3],
+        )
         self.assertEqual(rejudge(row, 180), "exact, lone by design")
         row["series"] = 1
         self.assertEqual(rejudge(row, 180), "differs", "two lone by the writes, one by the stamps: not three")
