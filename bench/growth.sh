@@ -33,7 +33,8 @@ trap 'stop_pid "$OP_PID"; cluster_stop' EXIT
 # series created together would all be written again 45 minutes later, in the middle of a run.
 FLAGS=(--qps 2000 --burst 2000 --finish-after 2h --series-window 2h --heartbeat-interval 2h --max-active-series 100000
   --max-pending-writes 100000 --event-ttl 3h)
-load() { KUBECONFIG="$KUBECONFIG_FILE" "$LOADER" --concurrency 48 "$@" >/dev/null; }
+loader() { KUBECONFIG="$KUBECONFIG_FILE" "$LOADER" --concurrency 48 "$@"; }
+load() { loader "$@" >/dev/null; }
 
 fresh() {
   cluster_stop 2>/dev/null || true
@@ -122,8 +123,8 @@ for axis in $AXES; do
       before="$(cpu_ticks "$OP_PID")" seen="$(op_metric event_series_occurrences_total | cut -d. -f1)" t0="$(date +%s%N)"
       # What the loader wrote beside what the operator counted: a slow API server takes fewer large
       # messages in the same time, and the CPU per change is then over fewer changes.
-      wrote="$(KUBECONFIG="$KUBECONFIG_FILE" "$LOADER" --concurrency 48 rate --legacy --rate "$MSG_RATE" --duration "$MSG_SECONDS" \
-        --keys 100 --namespace "msg-$bytes" --message-bytes "$bytes")"
+      wrote="$(loader rate --legacy --rate "$MSG_RATE" --duration "$MSG_SECONDS" --keys 100 --namespace "msg-$bytes" \
+        --message-bytes "$bytes")"
       sleep 5
       ticks=$(($(cpu_ticks "$OP_PID") - before))
       idle=$((idle * ($(date +%s%N) - t0) / idle_ns))

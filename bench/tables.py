@@ -822,7 +822,7 @@ def growth(d, axes=None):
 
 def growth_message(pts):
     """The message axis: the CPU per change is over the changes the operator counted, which a slow
-    API server makes fewer than planned, so both are beside it."""
+    API server makes fewer than planned, so planned and written are beside it."""
 
     def wrote(p):
         load = p.get("loader")
@@ -836,9 +836,10 @@ def growth_message(pts):
         [
             "{} B".format(n(p["x"])),
             n(p["rss_kib"] / 1024, 1),
-            n(p["changes"])
-            if p.get("planned") is None or p["changes"] >= p["planned"]
-            else "**{}**".format(n(p["changes"])),
+            # Bold where the operator counted fewer than were written (the loader's and 100 creates).
+            "**{}**".format(n(p["changes"]))
+            if p.get("loader") and p["changes"] < p["loader"]["done"] + 100
+            else n(p["changes"]),
             n(p["planned"]) if p.get("planned") is not None else "not recorded",
             wrote(p),
             "{} µs".format(p["cpu_us_per_change"]),
