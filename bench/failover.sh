@@ -141,6 +141,16 @@ watch_bytes() {
     END { printf "%d %d\n", core, ev }'
 }
 
+# leader_heartbeats, leader_shed: the heartbeats the replica at OP_URL has written, and the series
+# writes it has shed (every kind), so far.
+leader_heartbeats() {
+  op_metric 'event_series_write_latency_seconds_count{kind="heartbeat"}' | awk '{ printf "%d\n", $1 }'
+}
+leader_shed() {
+  { curl -fsS --max-time 5 "$OP_URL/metrics" || true; } |
+    awk '$1 ~ /^event_series_writes_shed_total(\{|$)/ { v += $2 } END { printf "%d\n", v }'
+}
+
 # window: the API server's and etcd's CPU seconds and the watch bytes for Events (core, events.k8s.io)
 # over WINDOW seconds, as a JSON object.
 window() {
@@ -209,17 +219,23 @@ run_mode() {
   at_start="$(machine_json)"
   operator_start "$a_log" "${FLAGS[@]}" --standby "$mode" --instance "$mode-a"
   A_PID=$OP_PID
+  local A_URL=$OP_URL
   for _ in $(seq 300); do [ "$(op_metric event_series_leader)" = 1 ] && break; sleep 0.2; done
   [ "$(op_metric event_series_leader)" = 1 ] || die "$mode-a did not lead (log $a_log)"
   local t0=$SECONDS
   [ "$first" = 1 ] && wait_for_creates "$SERIES" "$a_log"
   until_quiet "$a_log"
-  log "$mode: replica A leads, settled in $((SECONDS - t0)) s"
+  local a_settled_s=$((SECONDS - t0))
+  log "$mode: replica A leads, settled in $a_settled_s s"
   KUBECONFIG="$KUBECONFIG_FILE" "$LOADER" --concurrency 4 rate --legacy --rate "$RATE" --duration 7200 \
     --keys 50 --namespace "$stream" >/dev/null &
   LOAD_PID=$!
   sleep 20
   one="$(window)"
+  # What the leader wrote while the standby started and ran beside it: a wave of heartbeats in
+  # these minutes is the leader's cost, not the standby's, and its table says so.
+  local hb0 shed0
+  hb0="$(leader_heartbeats)" shed0="$(leader_shed)"
   operator_start "$b_log" "${FLAGS[@]}" --standby "$mode" --instance "$mode-b"
   B_PID=$OP_PID
   local B_URL=$OP_URL B_HEALTH=$OP_HEALTH
@@ -233,6 +249,8 @@ run_mode() {
   log "$mode: replica B Ready in $b_ready_s s"
   sleep 20
   two="$(window)"
+  local hb1 shed1
+  hb1="$(OP_URL=$A_URL leader_heartbeats)" shed1="$(OP_URL=$A_URL leader_shed)"
   a_rss="$(rss_kib "$A_PID")" b_rss="$(rss_kib "$B_PID")"
   log "$mode: RSS leader $a_rss KiB, standby $b_rss KiB; one replica $one; two $two"
 
@@ -311,7 +329,8 @@ run_mode() {
     --argjson before_gap "$before_gap" --argjson before_n "$before_n" \
     --argjson a_rss "$a_rss" --argjson b_rss "$b_rss" --argjson b_hwm "$b_hwm" \
     --argjson b_ready_s "$b_ready_s" --argjson ready_before "$ready_before" --argjson ready_after "$ready_after" \
-    --argjson a_alive "$a_alive" --argjson b_led "$b_led" \
+    --argjson a_alive "$a_alive" --argjson b_led "$b_led" --argjson a_settled_s "$a_settled_s" \
+    --argjson hb "$((hb1 - hb0))" --argjson shed "$((shed1 - shed0))" \
     --argjson one "$one" --argjson two "$two" --argjson phases "$phases" --argjson alerts "$alerts" \
     '{machine_at_start: $at_start,
       after_sigkill_ms: {lease: $lease, rebuilt: $restored, first_write: $write,
@@ -320,7 +339,8 @@ run_mode() {
                      steady_before_kill: $before_gap, writes_before: $before_n},
       rss_kib: {leader: $a_rss, standby: $b_rss, standby_peak_after_takeover: $b_hwm},
       standby_ready_after_start_s: $b_ready_s, standby_ready_before_kill: $ready_before,
-      standby_ready_after_takeover: $ready_after,
+      standby_ready_after_takeover: $ready_after, leader_settled_s: $a_settled_s,
+      leader_while_standby_started: {heartbeats: $hb, shed: $shed},
       leader_kept_until_kill: ($a_alive and ($b_led | not)),
       one_replica: $one, two_replicas: $two, restore_phases: $phases,
       alerts_resolved_then_fired: $alerts}' >"$CLUSTER_DIR/mode-$mode.json"
@@ -332,6 +352,9 @@ out="$ROOT/bench/results/failover/$(date -u +%Y%m%dT%H%M%SZ).json"
 modes='{}' first=1
 for mode in $MODES; do
   run_mode "$mode" "$first"
+  # The replicas' logs stay beside the result: the cluster directory is reused by the next run.
+  mkdir -p "${out%.json}.logs"
+  cp "$CLUSTER_DIR/operator-$mode-a.log" "$CLUSTER_DIR/operator-$mode-b.log" "${out%.json}.logs/"
   modes="$(jq --arg m "$mode" --slurpfile f "$CLUSTER_DIR/mode-$mode.json" '. + {($m): $f[0]}' <<<"$modes")"
   first=0
   jq -n --arg commit "$BENCH_COMMIT" --argjson machine "$machine" \

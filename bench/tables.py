@@ -768,6 +768,21 @@ def failover_standby(d, stored=None):
                 lambda m: "{} / {}".format(watch(m["one_replica"]), watch(m["two_replicas"])),
             ),
             row("standby Ready after its start", lambda m: n(m["standby_ready_after_start_s"]) + " s"),
+            *(
+                [
+                    row(
+                        "the leader's heartbeats / writes shed from the standby's start to the end of the "
+                        "two-replica window",
+                        lambda m: "{} / {}".format(
+                            n(m["leader_while_standby_started"]["heartbeats"]),
+                            n(m["leader_while_standby_started"]["shed"]),
+                        ),
+                        "0 / 0: else the rows above hold the leader's writes",
+                    )
+                ]
+                if all(m.get("leader_while_standby_started") for m in modes)
+                else []
+            ),
             row(
                 "the leader kept the Lease until the kill (the standby's start deposed nobody)",
                 lambda m: {True: "yes", False: "**no**"}.get(m.get("leader_kept_until_kill"), "-"),
