@@ -86,7 +86,7 @@ tools:
 bench: && bench-e2e bench-node
     bash bench/engine.sh
 
-# The engine's criterion benchmarks and its heap per series (benches/engine.rs, benches/memory.rs) into one result file with commit and machine (bench/engine.sh; ENGINE_BENCH_ARGS for criterion; a few minutes).
+# The engine's criterion benchmarks, the decode of a watch event, and the engine's heap per series (benches/engine.rs, benches/decode.rs, benches/memory.rs) into one result file with commit and machine (bench/engine.sh; ENGINE_BENCH_ARGS for criterion; a few minutes).
 bench-engine:
     bash bench/engine.sh
 
@@ -152,7 +152,6 @@ bench-e2e: bench-build
     bash bench/flood.sh
     bash bench/bookmarks.sh
     bash bench/ingest.sh
-    cargo bench --bench decode
     python3 bench/plot.py
 
 # Peak RSS with 300 raw events carrying 1 MB messages against 100-byte ones, watching and after a restart.
@@ -172,10 +171,9 @@ bench-memory: bench-build
 bench-bookmarks: bench-build
     bash bench/bookmarks.sh
 
-# Highest sustained rate of raw event changes, with ingest lag, CPU and RSS; the operator's CPU per change without the apiserver.
+# Highest sustained rate of raw event changes, with ingest lag, CPU and RSS (the operator's CPU per change without the apiserver is in bench-engine).
 bench-ingest: bench-build
     bash bench/ingest.sh
-    cargo bench --bench decode
 
 # What the end-to-end benchmarks run: the envtest binaries, the release operator, and the programs in bench/ (the kube-rs emitter, the loader).
 bench-build:

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `just bench-engine`: the pure engine's criterion benchmarks (benches/engine.rs) and the heap it
+# `just bench-engine`: the pure engine's criterion benchmarks (benches/engine.rs), the operator's
+# cost per raw event change without the API server (benches/decode.rs) and the heap the engine
 # holds per series (benches/memory.rs, a counting allocator), with the commit, the machine and the
 # flags, into one result file: bench/results/engine/<date>.json. docs/BENCHMARKS.md's Engine and
 # Memory tables are generated from it (bench/tables.py `engine` and `heap`). ENGINE_BENCH_ARGS are
@@ -13,11 +14,11 @@ cd "$ROOT"
 criterion="$TARGET/criterion"
 # Only this run's estimates are read: an old benchmark's directory must not stay in the result.
 rm -rf "$criterion"
-cargo bench --bench engine --bench memory --no-run -q
+cargo bench --bench engine --bench decode --bench memory --no-run -q
 machine="$(machine_json)"
 read -ra args <<<"${ENGINE_BENCH_ARGS:-}"
-log "cargo bench --bench engine -- ${args[*]}"
-cargo bench --bench engine -q -- "${args[@]}" >"$TARGET/bench-engine.txt"
+log "cargo bench --bench engine --bench decode -- ${args[*]}"
+cargo bench --bench engine --bench decode -q -- "${args[@]}" >"$TARGET/bench-engine.txt"
 log "cargo bench --bench memory"
 cargo bench --bench memory -q >"$TARGET/bench-memory.txt"
 mkdir -p bench/results/engine
@@ -29,7 +30,7 @@ criterion, memory_txt, commit, machine, args, load_end = sys.argv[1:]
 machine = json.loads(machine)
 # The benchmarks are built with cargo's bench profile, not the operator binary bench/lib.sh names.
 machine["profile"] = "bench"
-machine["binary"] = "cargo bench --bench engine --bench memory"
+machine["binary"] = "cargo bench --bench engine --bench decode --bench memory"
 benchmarks = []
 for path in sorted(glob.glob(os.path.join(criterion, "**", "new", "benchmark.json"), recursive=True)):
     with open(path) as f:

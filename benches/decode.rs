@@ -2,8 +2,8 @@
 //! apiserver sends it (a `MODIFIED` new-style core/v1 Event with `series` and `managedFields`, 1.1 KB of
 //! JSON, copied from a `bench/ingest.sh` run) decoded with serde_json into kube's `WatchEvent<Event>`,
 //! then normalised (`key::normalise`) and counted by the engine, as `controller.rs` does for each change.
-//! `cargo bench --bench decode` (part of `just bench-ingest`); figures in docs/BENCHMARKS.md, section
-//! "Ingest". TLS, HTTP chunking and the tokio channel hop are not included.
+//! Part of `just bench-engine` (`bench/engine.sh` keeps its estimates in the engine's result file);
+//! docs/BENCHMARKS.md's Engine table shows it. TLS, HTTP chunking and the tokio channel hop are not included.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use event_series_core::engine::Engine;
