@@ -725,6 +725,10 @@ def failover_standby(d, stored=None):
     def row(label, f, target=""):
         return [label, *[f(m) for m in modes], target]
 
+    def row_if(key, label, f, target=""):
+        """The row, for results whose every mode records `key` (older results do not)."""
+        return [row(label, f, target)] if all(m.get(key) for m in modes) else []
+
     return table(
         ["", *[f"**{m}**" for m in names], "target"],
         [
@@ -768,39 +772,27 @@ def failover_standby(d, stored=None):
                 lambda m: "{} / {}".format(watch(m["one_replica"]), watch(m["two_replicas"])),
             ),
             row("standby Ready after its start", lambda m: n(m["standby_ready_after_start_s"]) + " s"),
-            *(
-                [
-                    row(
-                        "the leader's heartbeats / writes shed from the standby's start to the end of the "
-                        "two-replica window",
-                        lambda m: "{} / {}".format(
-                            n(m["leader_while_standby_started"]["heartbeats"]),
-                            n(m["leader_while_standby_started"]["shed"]),
-                        ),
-                        "0 / 0: else the rows above hold the leader's writes",
-                    )
-                ]
-                if all(m.get("leader_while_standby_started") for m in modes)
-                else []
+            *row_if(
+                "leader_while_standby_started",
+                "the leader's heartbeats / writes shed from the standby's start to the end of the two-replica window",
+                lambda m: "{} / {}".format(
+                    n(m["leader_while_standby_started"]["heartbeats"]), n(m["leader_while_standby_started"]["shed"])
+                ),
+                "0 / 0: else the rows above hold the leader's writes",
             ),
             row(
                 "the leader kept the Lease until the kill (the standby's start deposed nobody)",
                 lambda m: {True: "yes", False: "**no**"}.get(m.get("leader_kept_until_kill"), "-"),
                 "yes",
             ),
-            *(
-                [
-                    row(
-                        "alerts unresolved before the kill / resolved and fired again",
-                        lambda m: "{} / **{}**".format(
-                            n(m["alerts_resolved_then_fired"]["unresolved_before_kill"]),
-                            n(m["alerts_resolved_then_fired"]["lapsed"]),
-                        ),
-                        "0 fired again",
-                    )
-                ]
-                if all(m.get("alerts_resolved_then_fired") for m in modes)
-                else []
+            *row_if(
+                "alerts_resolved_then_fired",
+                "alerts unresolved before the kill / resolved and fired again",
+                lambda m: "{} / **{}**".format(
+                    n(m["alerts_resolved_then_fired"]["unresolved_before_kill"]),
+                    n(m["alerts_resolved_then_fired"]["lapsed"]),
+                ),
+                "0 fired again",
             ),
         ],
     )
